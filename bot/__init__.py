@@ -1,0 +1,1 @@
+"""The composition root and front ends: settings, database lifecycle, CLI, terminal chat."""

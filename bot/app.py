@@ -1,0 +1,75 @@
+"""The composition root: settings in, a running engine out, everything closed on exit.
+
+    async with open_app(settings) as app:
+        exchange = await app.engine.converse(scope, event)
+
+`need_model=False` opens only the database (for export, import and reset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import openai
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.database import open_database
+from bot.settings import Settings
+from core.agent import Mind, check_window
+from core.config import EngineConfig
+from core.engine import Engine
+from core.errors import ConfigError
+from core.llm import OpenAIChat, OpenAIEmbedder
+from core.ports import ChatModel, Embedder
+from core.tokens import TokenCounter
+
+
+@dataclass(frozen=True)
+class App:
+    settings: Settings
+    sessions: async_sessionmaker[AsyncSession]
+    engine: Engine
+    embedder: Embedder | None
+    embedding_dim: int  # what the database holds
+
+
+def _client(settings: Settings) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "not-needed",
+        timeout=settings.model_timeout,
+        max_retries=settings.model_retries,
+    )
+
+
+@asynccontextmanager
+async def open_app(
+    settings: Settings,
+    need_model: bool = True,
+    schema: str | None = None,
+    check_dimension: bool = True,
+) -> AsyncIterator[App]:
+    if need_model:
+        settings.require_model()
+    config: EngineConfig = settings.engine_config()
+    check_window(config)
+    async with (
+        open_database(
+            settings.database_url, settings.data_dir, settings.embedding_dim, schema
+        ) as (sessions, held_dim),
+        _client(settings) as client,
+    ):
+        embedder: Embedder | None = None
+        if settings.embedding_model:
+            if check_dimension and held_dim != settings.embedding_dim:
+                raise ConfigError(
+                    f"the database holds {held_dim}-dimension embeddings but "
+                    f"COMPANION_EMBEDDING_DIM is {settings.embedding_dim}; run "
+                    f"`companion reembed --dim {settings.embedding_dim}`"
+                )
+            embedder = OpenAIEmbedder(client, settings.embedding_model, settings.embedding_dim)
+        model: ChatModel = OpenAIChat(client, settings.model or "unset")
+        mind = Mind(model, TokenCounter(), config, embedder)
+        yield App(settings, sessions, Engine(sessions, mind), embedder, held_dim)

@@ -1,0 +1,87 @@
+"""`companion chat`: the terminal front end.
+
+On a terminal it is interactive (line editing, /memory, /quit; --verbose shows the agent's
+inner monologue and function calls). Otherwise every input line is one user message,
+handled in order, and only the agent's messages are written to stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TextIO
+
+from core.agent import TurnResult
+from core.engine import Engine
+from core.events import EventKind, InboundEvent
+from core.store import AgentStore, Scope
+
+DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
+HELP = "Commands: /memory shows working context, /help this help, /quit leaves (or Ctrl-D)."
+
+
+def _trace(result: TurnResult | None, out: TextIO, color: bool) -> None:
+    if result is None:
+        return
+    dim, italic, reset = (DIM, ITALIC, RESET) if color else ("", "", "")
+    for step in result.steps:
+        if step.thought:
+            out.write(f"{dim}{italic}  (thinking) {step.thought}{reset}\n")
+        for outcome in step.outcomes:
+            args = outcome.call.arguments
+            out.write(f"{dim}  → {outcome.call.name}({args[:300]}){reset}\n")
+            result_text = outcome.result.replace("\n", "\n    ")
+            out.write(f"{dim}  ← {result_text[:600]}{reset}\n")
+    if result.warnings:
+        out.write(f"{dim}  [memory pressure warning issued]{reset}\n")
+    if result.flushes:
+        out.write(f"{dim}  [queue flushed {result.flushes}x: older messages summarised]{reset}\n")
+
+
+async def _show_memory(engine: Engine, scope: Scope, out: TextIO) -> None:
+    async with engine.sessions() as session:
+        blocks = await AgentStore(session, scope).blocks()
+    for block in blocks.values():
+        out.write(f"{BOLD}[{block.label}]{RESET} ({len(block.value)}/{block.char_limit})\n")
+        out.write(f"{block.value}\n")
+
+
+async def _say(engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool):
+    exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+    if verbose:
+        _trace(exchange.result, out if tty else sys.stderr, tty)
+    for reply in exchange.replies:
+        out.write(f"{CYAN}{BOLD}companion>{RESET} {reply}\n" if tty else f"{reply}\n")
+    out.flush()
+
+
+async def run_chat(
+    engine: Engine, scope: Scope, who: str, verbose: bool, stdin: TextIO, stdout: TextIO
+) -> None:
+    await engine.drain(scope)  # anything left pending by an earlier crash goes first
+    if not stdin.isatty():
+        for line in stdin:
+            text = line.rstrip("\r\n")
+            if text.strip():
+                await _say(engine, scope, text, stdout, verbose, tty=False)
+        return
+    try:
+        import readline  # noqa: F401  (line editing and history for input())
+    except ImportError:
+        pass
+    stdout.write(f"{BOLD}Companion{RESET}: chatting as {who}. {HELP}\n")
+    while True:
+        try:
+            text = await asyncio.to_thread(input, f"{BOLD}you>{RESET} ")
+        except (EOFError, KeyboardInterrupt):
+            stdout.write("\n")
+            return
+        command = text.strip().lower()
+        if command in ("/quit", "/exit"):
+            return
+        if command == "/help":
+            stdout.write(HELP + "\n")
+        elif command == "/memory":
+            await _show_memory(engine, scope, stdout)
+        elif text.strip():
+            await _say(engine, scope, text, stdout, verbose, tty=True)

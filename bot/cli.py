@@ -1,0 +1,175 @@
+"""The `companion` command.
+
+    companion chat [--tenant T] [--user U] [--verbose]
+    companion export --tenant T --user U [--output FILE]
+    companion import FILE [--tenant T --user U] [--replace]
+    companion reset --tenant T --user U [--yes]
+    companion reembed [--dim N] [--missing]
+
+Errors a person can fix are one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from bot.app import App, open_app
+from bot.chat import run_chat
+from bot.settings import Settings
+from core.directory import delete_agent, ensure_agent, find_agent
+from core.errors import AgentNotFound, CompanionError, ConfigError
+from core.portability import BadExport, export_agent, import_agent
+from core.reembed import reembed, set_dimension
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="companion", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    chat = commands.add_parser("chat", help="chat with a member's agent in the terminal")
+    chat.add_argument("--tenant", default="local")
+    chat.add_argument("--user", default=None, help="default: your login name")
+    chat.add_argument("--verbose", "-v", action="store_true", help="show thoughts and calls")
+
+    export = commands.add_parser("export", help="print a member's whole memory as JSON")
+    export.add_argument("--tenant", required=True)
+    export.add_argument("--user", required=True)
+    export.add_argument("--output", "-o", help="write to this file instead of stdout")
+
+    restore = commands.add_parser("import", help="restore an export")
+    restore.add_argument("file", help="an export file, or - for stdin")
+    restore.add_argument("--tenant", help="restore into this tenant (default: the export's)")
+    restore.add_argument("--user", help="restore into this member (default: the export's)")
+    restore.add_argument("--replace", action="store_true", help="replace existing memory")
+
+    reset = commands.add_parser("reset", help="erase a member's memory, all of it")
+    reset.add_argument("--tenant", required=True)
+    reset.add_argument("--user", required=True)
+    reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    reembed_cmd = commands.add_parser("reembed", help="recompute archival embeddings")
+    reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
+    reembed_cmd.add_argument("--missing", action="store_true", help="only passages without one")
+    return parser
+
+
+async def _chat(app: App, args: argparse.Namespace) -> int:
+    user = args.user or getpass.getuser()
+    scope = await app.engine.agent(args.tenant, user, display_name=user)
+    await run_chat(app.engine, scope, f"{user}@{args.tenant}", args.verbose, sys.stdin, sys.stdout)
+    return 0
+
+
+async def _export(app: App, args: argparse.Namespace) -> int:
+    async with app.sessions() as session:
+        scope = await find_agent(session, args.tenant, args.user)
+        if scope is None:
+            raise AgentNotFound(args.tenant, args.user)
+        doc = await export_agent(session, scope)
+    text = json.dumps(doc, ensure_ascii=False, indent=2)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        print(f"exported {len(doc['messages'])} messages, {len(doc['passages'])} passages "
+              f"to {args.output}", file=sys.stderr)
+    else:
+        print(text)
+    return 0
+
+
+def _read_export(path: str) -> Any:
+    try:
+        raw = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+        return json.loads(raw)
+    except OSError as error:
+        raise BadExport(f"cannot read {path}: {error.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BadExport(f"{path} is not valid JSON: {error}") from None
+
+
+async def _import(app: App, args: argparse.Namespace) -> int:
+    doc = _read_export(args.file)
+    if not isinstance(doc, dict):
+        raise BadExport(f"{args.file} is not a Companion export")
+    tenant = args.tenant or doc.get("tenant")
+    user = args.user or doc.get("user")
+    if not tenant or not user:
+        raise ConfigError("the export names no tenant or user; pass --tenant and --user")
+    config = app.engine.mind.config
+    async with app.sessions() as session, session.begin():
+        scope = await ensure_agent(session, str(tenant), str(user), config, doc.get("display_name"))
+        counts = await import_agent(
+            session, scope, doc, config, app.engine.clock(), app.embedder, args.replace
+        )
+    print(f"imported {counts['messages']} messages, {counts['passages']} passages and "
+          f"{counts['blocks']} blocks into {user}@{tenant}", file=sys.stderr)
+    return 0
+
+
+async def _reset(app: App, args: argparse.Namespace) -> int:
+    async with app.sessions() as session, session.begin():
+        scope = await find_agent(session, args.tenant, args.user)
+        if scope is None:
+            print(f"nothing to reset: no agent for {args.user}@{args.tenant}", file=sys.stderr)
+            return 0
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise ConfigError("reset erases memory for good: pass --yes to confirm")
+            answer = input(f"Erase ALL memory of {args.user} in {args.tenant}? Type yes: ")
+            if answer.strip().lower() != "yes":
+                print("not reset", file=sys.stderr)
+                return 1
+        await delete_agent(session, scope)
+    print(f"erased all memory of {args.user}@{args.tenant}", file=sys.stderr)
+    return 0
+
+
+async def _reembed(app: App, args: argparse.Namespace) -> int:
+    if app.embedder is None:
+        raise ConfigError("set COMPANION_EMBEDDING_MODEL to re-embed archival memory")
+    if args.dim and args.dim != app.embedding_dim:
+        if args.dim != app.settings.embedding_dim:
+            raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
+        await set_dimension(app.sessions, args.dim)
+    count = await reembed(app.sessions, app.embedder, only_missing=args.missing)
+    print(f"re-embedded {count} passages", file=sys.stderr)
+    return 0
+
+
+COMMANDS = {"chat": _chat, "export": _export, "import": _import, "reset": _reset,
+            "reembed": _reembed}
+
+
+async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    need_model = args.command in ("chat",)
+    async with open_app(
+        settings, need_model=need_model, check_dimension=args.command != "reembed"
+    ) as app:
+        return await COMMANDS[args.command](app, args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("COMPANION_LOG_LEVEL", "WARNING").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_env(os.environ)
+        return asyncio.run(_run(args, settings))
+    except CompanionError as error:
+        print(f"companion: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

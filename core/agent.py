@@ -1,0 +1,244 @@
+"""One agent turn: from an event to the agent's replies, inside the agent's transaction.
+
+    trigger message -> [fit the prompt -> model -> run functions]* -> replies
+
+`Turn.run` keeps calling the model while the chain continues: a function other than
+send_message ran, a call failed, or one asked for a heartbeat. `fit_prompt` is the queue
+manager at work: a memory-pressure alert at the warning watermark (once per episode), and
+a flush with a new recursive summary when the next prompt would not fit.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from core.config import EngineConfig
+from core.errors import ContextTooSmall, ModelOutputError
+from core.events import trigger_fields
+from core.executor import SCHEMAS, Outcome, execute
+from core.models import Agent, Event, Message
+from core.ports import ChatModel, Completion, Embedder
+from core.prompt import INSTRUCTIONS, assemble, render
+from core.queue import Pressure, evict_until, pressure
+from core.store import AgentStore
+from core.summarize import summarize
+from core.tokens import TokenCounter
+from core.tools import ToolContext
+
+MAX_ARGUMENT_CHARS = 8000
+PRESSURE_ALERT = (
+    "memory pressure: the conversation now fills {pct}% of your context window. The oldest "
+    "messages will soon be summarised and leave view (they stay in recall storage). Save "
+    "anything important to working context or archival memory now."
+)
+STEP_CAP_NOTE = "step limit reached: your turn was ended after {n} steps."
+STEP_CAP_REPLY = "(I went round in circles thinking about that. Could you say it another way?)"
+
+
+@dataclass(frozen=True)
+class Step:
+    thought: str | None
+    outcomes: tuple[Outcome, ...]
+    prompt_tokens: int
+
+
+@dataclass
+class TurnResult:
+    event_id: int
+    replies: list[str] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    warnings: int = 0
+    flushes: int = 0
+    error: str | None = None
+
+
+@dataclass
+class Mind:
+    """What a turn needs besides the agent's own memory."""
+
+    model: ChatModel
+    counter: TokenCounter
+    config: EngineConfig
+    embedder: Embedder | None = None
+
+
+def check_window(config: EngineConfig) -> None:
+    """Refuse a window too small for instructions, schemas, full blocks and one message."""
+    fixed = TokenCounter.count(INSTRUCTIONS) + tools_tokens()
+    fixed += (config.persona_limit + config.human_limit) // 3
+    needed = fixed + config.max_summary_tokens + config.max_message_tokens + config.reply_reserve
+    if needed > config.prompt_budget + config.reply_reserve:
+        raise ContextTooSmall(
+            f"a context window of {config.context_window} tokens is too small for the "
+            f"instructions, function schemas and working context ({fixed} tokens) plus a "
+            "summary, a message and a reply; raise COMPANION_CONTEXT_WINDOW"
+        )
+
+
+def _tool_calls_json(completion: Completion) -> list[dict[str, Any]] | None:
+    if not completion.tool_calls:
+        return None
+    calls = []
+    for call in completion.tool_calls:
+        arguments = call.arguments
+        if len(arguments) > MAX_ARGUMENT_CHARS:
+            arguments = json.dumps({"cut": f"{len(call.arguments)} characters of arguments"})
+        calls.append(
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name[:200], "arguments": arguments},
+            }
+        )
+    return calls
+
+
+class Turn:
+    def __init__(
+        self,
+        mind: Mind,
+        store: AgentStore,
+        agent: Agent,
+        event: Event,
+        now: datetime,
+        timezone: str,
+    ) -> None:
+        self.mind = mind
+        self.store = store
+        self.agent = agent
+        self.event = event
+        self.now = now
+        self.timezone = timezone
+        self.result = TurnResult(event.id)
+        self.queue: list[Message] = []
+        self.protect: Message | None = None
+
+    async def _append(self, **fields: Any) -> Message:
+        message = await self.store.append(self.now, event_id=self.event.id, **fields)
+        message.tokens = self.mind.counter.count_message(
+            render(message, self.mind.config.max_message_tokens)
+        )
+        self.queue.append(message)
+        return message
+
+    async def run(self) -> TurnResult:
+        config = self.mind.config
+        blocks = await self.store.blocks()
+        self.queue = await self.store.in_context()
+        payload = self.event.payload
+        self.protect = await self._append(**trigger_fields(self.event.kind, payload["text"]))
+        tools = ToolContext(
+            self.store, blocks, config, self.now, self.timezone, self.mind.embedder
+        )
+        for _ in range(config.max_steps):
+            prompt, tokens, raw = await self.fit_prompt(blocks)
+            completion = await self.mind.model.complete(prompt, SCHEMAS, config.reply_reserve)
+            self.mind.counter.calibrate(raw, completion.prompt_tokens)
+            if not await self._step(completion, tools, tokens):
+                break
+        else:
+            await self._append(role="system", content=STEP_CAP_NOTE.format(n=config.max_steps))
+            if not tools.sent:
+                tools.sent.append(STEP_CAP_REPLY)
+        self.result.replies = list(tools.sent)
+        return self.result
+
+    async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
+        """Record the model's answer and run its calls; True when the chain goes on."""
+        thought = completion.content
+        if thought is not None and not isinstance(thought, str):
+            raise ModelOutputError("the model's message content is not text")
+        reply = await self._append(
+            role="assistant", content=thought, tool_calls=_tool_calls_json(completion)
+        )
+        if not completion.tool_calls:
+            # No functions at all: a plain answer is the reply, unless one was already sent.
+            if thought and thought.strip() and not tools.sent:
+                tools.sent.append(thought.strip())
+                reply.search_text = thought.strip()
+            self.result.steps.append(Step(thought, (), tokens))
+            return False
+        sent_before = len(tools.sent)
+        outcomes = []
+        for call in completion.tool_calls:
+            outcome = await execute(call, tools)
+            outcomes.append(outcome)
+            await self._append(role="tool", content=outcome.result, tool_call_id=call.id)
+        if len(tools.sent) > sent_before:
+            reply.search_text = "\n".join(tools.sent[sent_before:])
+        self.result.steps.append(Step(thought, tuple(outcomes), tokens))
+        sent = any(o.ok and o.call.name == "send_message" for o in outcomes)
+        return any(not o.ok or o.heartbeat for o in outcomes) or not sent
+
+    async def fit_prompt(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
+        """The prompt for the next call: warn or flush first if the queue manager says so."""
+        config = self.mind.config
+        prompt, tokens, raw = await self._assemble(blocks)
+        state = pressure(tokens, config.warning_tokens, config.prompt_budget,
+                         self.agent.pressure_warned)
+        if state is Pressure.WARN:
+            pct = 100 * tokens // config.context_window
+            await self._append(role="system", content=PRESSURE_ALERT.format(pct=pct))
+            self.agent.pressure_warned = True
+            self.result.warnings += 1
+            prompt, tokens, raw = await self._assemble(blocks)
+        if tokens > config.prompt_budget:
+            await self._flush(tokens, raw)
+            prompt, tokens, raw = await self._assemble(blocks)
+        if tokens > config.prompt_budget:
+            raise ContextTooSmall(
+                f"the prompt needs {tokens} tokens even after eviction, over the budget of "
+                f"{config.prompt_budget}; the context window is too small"
+            )
+        return prompt, tokens, raw
+
+    async def _flush(self, tokens: int, raw: int) -> None:
+        config, counter = self.mind.config, self.mind.counter
+        previous = await self.store.latest_summary()
+        queue_raw = sum(m.tokens for m in self.queue)
+        # Everything but the queue, with room for the new summary at its largest.
+        fixed = raw - queue_raw - (previous.tokens if previous else 0) + config.max_summary_tokens
+        target = int(config.target_tokens / counter.ratio)
+        evicted = evict_until(self.queue, fixed, target, self.protect)
+        if not evicted:
+            return
+        text = await summarize(
+            self.mind.model, counter, config, previous.text if previous else None, evicted
+        )
+        covers = (previous.covers_messages if previous else 0) + len(evicted)
+        await self.store.evict(evicted)
+        await self.store.add_summary(text, covers, counter.count(text) + 40, self.now)
+        gone = {id(m) for m in evicted}
+        self.queue = [m for m in self.queue if id(m) not in gone]
+        self.agent.pressure_warned = False
+        self.result.flushes += 1
+
+    async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
+        config, counter = self.mind.config, self.mind.counter
+        summary = await self.store.latest_summary()
+        recall, archival = await self.store.counts()
+        queue = [render(m, config.max_message_tokens) for m in self.queue]
+        prompt, used = assemble(
+            blocks=list(blocks.values()),
+            summary=(summary.text, summary.covers_messages) if summary else None,
+            queue=queue,
+            queue_tokens=sum(m.tokens for m in self.queue),
+            tools_tokens=tools_tokens(),
+            counter=counter,
+            window=config.context_window,
+            now=self.now,
+            timezone=self.timezone,
+            recall=recall,
+            archival=archival,
+        )
+        return prompt, used, int(used / counter.ratio)
+
+
+@cache
+def tools_tokens() -> int:
+    """Tokens the function schemas take in every prompt."""
+    return TokenCounter.count_tools(SCHEMAS)

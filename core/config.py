@@ -1,0 +1,84 @@
+"""The knobs of the engine, as one frozen value handed in by the composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_PERSONA = (
+    "I am Companion, a warm, curious and candid friend who lives in this community's chat. "
+    "I remember what people tell me and bring it up when it helps. I keep replies short."
+)
+DEFAULT_HUMAN = "Nothing known yet about this person."
+
+# Known context windows (tokens). Anything else: set COMPANION_CONTEXT_WINDOW.
+KNOWN_WINDOWS = {
+    "gpt-4o": 128_000,
+    "gpt-4o-mini": 128_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4.1-mini": 1_047_576,
+    "gpt-4.1-nano": 1_047_576,
+    "gpt-4-turbo": 128_000,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-5": 400_000,
+    "gpt-5-mini": 400_000,
+    "o3-mini": 200_000,
+    "o4-mini": 200_000,
+    "llama3": 8_192,
+    "llama3.1": 131_072,
+    "llama3.2": 131_072,
+    "qwen2.5": 32_768,
+    "mistral": 32_768,
+}
+FALLBACK_WINDOW = 8_192
+
+
+def window_for(model: str) -> int | None:
+    """The context window of a known model; tolerates provider prefixes and tags."""
+    name = model.rsplit("/", 1)[-1].lower()
+    for candidate in (name, name.split(":", 1)[0]):
+        if candidate in KNOWN_WINDOWS:
+            return KNOWN_WINDOWS[candidate]
+    best = max((k for k in KNOWN_WINDOWS if name.startswith(k)), key=len, default=None)
+    return KNOWN_WINDOWS[best] if best else None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    context_window: int = FALLBACK_WINDOW
+    warning_watermark: float = 0.70
+    flush_watermark: float = 1.00
+    flush_target: float = 0.50
+    # Tokens kept free for the model's answer; the prompt gets the rest of the window.
+    reply_reserve: int = 512
+    max_steps: int = 10
+    page_size: int = 5
+    persona_limit: int = 2000
+    human_limit: int = 2000
+    default_persona: str = DEFAULT_PERSONA
+    default_human: str = DEFAULT_HUMAN
+    # Bounds on what one item may take of the prompt, as fractions of the window.
+    max_message_share: float = 0.25
+    max_tool_output_chars: int = 3000
+    summary_share: float = 0.10
+
+    @property
+    def prompt_budget(self) -> int:
+        """The most tokens a prompt may have: the flush watermark, less the reply reserve."""
+        return int(self.context_window * self.flush_watermark) - self.reply_reserve
+
+    @property
+    def warning_tokens(self) -> int:
+        return int(self.context_window * self.warning_watermark)
+
+    @property
+    def target_tokens(self) -> int:
+        return int(self.context_window * self.flush_target)
+
+    @property
+    def max_message_tokens(self) -> int:
+        return int(self.context_window * self.max_message_share)
+
+    @property
+    def max_summary_tokens(self) -> int:
+        return max(64, int(self.context_window * self.summary_share))

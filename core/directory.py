@@ -1,0 +1,87 @@
+"""Who is who: tenants, users and their one agent each.
+
+`ensure_agent` creates what is missing (safe when several processes race) and gives back the
+`Scope` every other query runs in. A fresh agent gets the `persona` and `human` blocks.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.config import EngineConfig
+from core.models import Agent, Block, Tenant, User
+from core.store import Scope
+
+
+async def _upsert_id(session: AsyncSession, model: type, values: dict, keys: list[str]) -> int:
+    await session.execute(insert(model).values(**values).on_conflict_do_nothing())
+    where = [getattr(model, k) == values[k] for k in keys]
+    found = await session.scalar(select(model.id).where(*where))  # type: ignore[attr-defined]
+    assert found is not None
+    return int(found)
+
+
+async def ensure_agent(
+    session: AsyncSession,
+    tenant: str,
+    user: str,
+    config: EngineConfig,
+    display_name: str | None = None,
+) -> Scope:
+    tenant_id = await _upsert_id(session, Tenant, {"key": tenant}, ["key"])
+    user_id = await _upsert_id(
+        session,
+        User,
+        {"tenant_id": tenant_id, "external_id": user, "display_name": display_name},
+        ["tenant_id", "external_id"],
+    )
+    agent_id = await session.scalar(select(Agent.id).where(Agent.user_id == user_id))
+    if agent_id is None:
+        agent_id = await _upsert_id(
+            session, Agent, {"tenant_id": tenant_id, "user_id": user_id}, ["user_id"]
+        )
+        await session.execute(
+            insert(Block)
+            .values(
+                [
+                    {"tenant_id": tenant_id, "agent_id": agent_id, "label": label,
+                     "value": value, "char_limit": limit}
+                    for label, value, limit in (
+                        ("persona", config.default_persona, config.persona_limit),
+                        ("human", config.default_human, config.human_limit),
+                    )
+                ]
+            )
+            .on_conflict_do_nothing()
+        )
+    return Scope(tenant_id, int(agent_id))
+
+
+async def find_agent(session: AsyncSession, tenant: str, user: str) -> Scope | None:
+    row = (
+        await session.execute(
+            select(Agent.tenant_id, Agent.id)
+            .join(User, User.id == Agent.user_id)
+            .join(Tenant, Tenant.id == User.tenant_id)
+            .where(Tenant.key == tenant, User.external_id == user)
+        )
+    ).first()
+    return Scope(row[0], row[1]) if row else None
+
+
+async def user_timezone(session: AsyncSession, scope: Scope) -> str:
+    tz = await session.scalar(
+        select(User.timezone)
+        .join(Agent, Agent.user_id == User.id)
+        .where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
+    )
+    return tz or "UTC"
+
+
+async def delete_agent(session: AsyncSession, scope: Scope) -> None:
+    """Erase the agent and everything it owns (the database cascades to every table)."""
+    await session.execute(
+        delete(Agent).where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
+    )

@@ -1,0 +1,172 @@
+"""The engine: the one entry point adapters and the terminal use.
+
+    submit(scope, event)   store the event (deduplicated) before any model call
+    drain(scope)           handle the agent's pending events, oldest first, one at a time
+    converse(scope, text)  submit + drain + take the replies: what a chat front end wants
+    resume()               after a restart, drain every agent with pending events
+
+Each event runs in its own transaction holding the agent's row lock, so one agent handles
+one event at a time across every process, in arrival order; the replies go to the outbox in
+that same transaction. A model failure rolls the turn back to a savepoint, keeps the
+member's message in recall, and answers with a clear apology instead of silence.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core.agent import Mind, Turn, TurnResult
+from core.directory import ensure_agent, user_timezone
+from core.errors import CompanionError, ModelError
+from core.events import EventKind, InboundEvent, trigger_fields
+from core.models import Agent, Event, Outbox
+from core.store import AgentStore, Scope
+
+log = logging.getLogger(__name__)
+
+MODEL_DOWN_REPLY = (
+    "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
+)
+INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. Your message is saved."
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What one submitted event produced, as its sender sees it."""
+
+    event_id: int
+    replies: list[str]
+    result: TurnResult | None  # None when another process handled the event
+
+
+class Engine:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        mind: Mind,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.sessions = sessions
+        self.mind = mind
+        self.clock = clock
+
+    async def agent(self, tenant: str, user: str, display_name: str | None = None) -> Scope:
+        async with self.sessions() as session, session.begin():
+            return await ensure_agent(session, tenant, user, self.mind.config, display_name)
+
+    async def submit(self, scope: Scope, event: InboundEvent) -> int:
+        """Store the event; a redelivery (same dedup key) returns the first one's id."""
+        values = {
+            "tenant_id": scope.tenant_id,
+            "agent_id": scope.agent_id,
+            "kind": str(event.kind),
+            "payload": event.payload(),
+            "dedup_key": event.dedup_key,
+            "created_at": self.clock(),
+        }
+        async with self.sessions() as session, session.begin():
+            new_id = await session.scalar(
+                insert(Event).values(**values).on_conflict_do_nothing().returning(Event.id)
+            )
+            if new_id is not None:
+                return int(new_id)
+            existing = await session.scalar(
+                select(Event.id).where(
+                    Event.tenant_id == scope.tenant_id, Event.dedup_key == event.dedup_key
+                )
+            )
+            assert existing is not None
+            return int(existing)
+
+    async def drain(self, scope: Scope) -> list[TurnResult]:
+        results = []
+        while True:
+            async with self.sessions() as session, session.begin():
+                store = AgentStore(session, scope)
+                agent = await store.lock_agent()
+                event = await session.scalar(
+                    select(Event)
+                    .where(
+                        Event.tenant_id == scope.tenant_id,
+                        Event.agent_id == scope.agent_id,
+                        Event.status == "pending",
+                    )
+                    .order_by(Event.id)
+                    .limit(1)
+                )
+                if event is None:
+                    return results
+                results.append(await self._handle(session, store, agent, event))
+
+    async def _handle(
+        self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
+    ) -> TurnResult:
+        now = self.clock()
+        timezone = await user_timezone(session, store.scope)
+        try:
+            async with session.begin_nested():
+                result = await Turn(self.mind, store, agent, event, now, timezone).run()
+            status, reply_texts = "done", result.replies
+        except ModelError as error:
+            log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
+            result = TurnResult(event.id, error=str(error))
+            status, reply_texts = "failed", [MODEL_DOWN_REPLY.format(error=error)]
+        except Exception as error:
+            log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
+            result = TurnResult(event.id, error=f"{type(error).__name__}: {error}")
+            status, reply_texts = "failed", [INTERNAL_ERROR_REPLY]
+        if status == "failed":
+            await session.refresh(agent)
+            # The turn was rolled back; the member's words still go to recall storage.
+            await store.append(now, event_id=event.id,
+                               **trigger_fields(event.kind, event.payload["text"]))
+            if event.kind != EventKind.USER_MESSAGE:
+                reply_texts = []
+        for text in reply_texts:
+            await store.add_outbox(text, event.id, now)
+        event.status, event.error, event.processed_at = status, result.error, now
+        if event.kind == EventKind.USER_MESSAGE:
+            agent.last_active_at = now
+        result.replies = reply_texts
+        return result
+
+    async def take_replies(self, event_id: int) -> list[str]:
+        """The undelivered replies to an event, marked delivered."""
+        async with self.sessions() as session, session.begin():
+            rows = await session.execute(
+                update(Outbox)
+                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                .values(delivered_at=self.clock())
+                .returning(Outbox.id, Outbox.text)
+            )
+            return [text for _, text in sorted(rows.all())]
+
+    async def converse(self, scope: Scope, event: InboundEvent) -> Exchange:
+        event_id = await self.submit(scope, event)
+        results = {r.event_id: r for r in await self.drain(scope)}
+        return Exchange(event_id, await self.take_replies(event_id), results.get(event_id))
+
+    async def resume(self) -> int:
+        """Drain every agent that has pending events (after a crash or restart)."""
+        async with self.sessions() as session:
+            rows = await session.execute(
+                select(Event.tenant_id, Event.agent_id).where(Event.status == "pending").distinct()
+            )
+            scopes = [Scope(t, a) for t, a in rows.all()]
+        for scope in scopes:
+            try:
+                await self.drain(scope)
+            except CompanionError:
+                log.exception("could not resume agent %s", scope.agent_id)
+        return len(scopes)

@@ -1,0 +1,65 @@
+"""Inbound events: the only thing that makes an agent think.
+
+Adapters build an `InboundEvent` (a frozen value, nothing platform-shaped) and hand it to
+`Engine.submit`, which stores it before any model call. `trigger_message` is how each kind
+of event enters the agent's FIFO queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from core.errors import CompanionError
+
+MAX_EVENT_CHARS = 200_000
+
+
+class EventKind(StrEnum):
+    USER_MESSAGE = "user_message"
+    SYSTEM_ALERT = "system_alert"
+    USER_ACTION = "user_action"
+    SCHEDULED = "scheduled"
+
+
+class EventTooLarge(CompanionError):
+    def __init__(self, size: int) -> None:
+        super().__init__(
+            f"that message has {size:,} characters; the most I can take at once is "
+            f"{MAX_EVENT_CHARS:,}. Send it as a file, or in parts."
+        )
+        self.size = size
+
+
+def clean_text(text: str) -> str:
+    """Text Postgres can store: no NUL bytes, no lone surrogates (both become U+FFFD)."""
+    text = text.replace("\x00", "\ufffd")
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+@dataclass(frozen=True)
+class InboundEvent:
+    kind: EventKind
+    text: str
+    dedup_key: str | None = None  # the platform's id for it: a redelivery is stored once
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        if len(self.text) > MAX_EVENT_CHARS:
+            raise EventTooLarge(len(self.text))
+        return {"text": clean_text(self.text), "meta": self.meta}
+
+
+_PREFIX = {
+    EventKind.SYSTEM_ALERT: "",
+    EventKind.USER_ACTION: "[user action] ",
+    EventKind.SCHEDULED: "[scheduled interrupt] ",
+}
+
+
+def trigger_fields(kind: str, text: str) -> dict[str, Any]:
+    """The stored-message fields for an event's text."""
+    if kind == EventKind.USER_MESSAGE:
+        return {"role": "user", "content": text, "search_text": text}
+    return {"role": "system", "content": _PREFIX[EventKind(kind)] + text}

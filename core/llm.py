@@ -1,0 +1,98 @@
+"""OpenAI-compatible implementations of the ports in `core.ports`.
+
+Works with any endpoint that speaks the OpenAI chat-completions and embeddings wire format
+(OpenAI, vLLM, Ollama, llama.cpp, LM Studio...). Retries with backoff on 429 and 5xx come
+from the `openai` client itself (it honours Retry-After); what still fails becomes a
+`ModelError` whose message says what happened.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import openai
+
+from core.errors import EmbeddingError, ModelError, ModelOutputError
+from core.ports import Completion, ToolCall
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return "the model endpoint timed out"
+    if isinstance(error, openai.APIConnectionError):
+        return "the model endpoint could not be reached"
+    if isinstance(error, openai.RateLimitError):
+        return "the model endpoint is rate-limiting us (429)"
+    if isinstance(error, openai.APIStatusError):
+        return f"the model endpoint answered HTTP {error.status_code}: {error.message[:200]}"
+    return f"the model endpoint failed: {type(error).__name__}: {str(error)[:200]}"
+
+
+class OpenAIChat:
+    def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
+        self.client = client
+        self.model = model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+            kwargs["tool_choice"] = "auto"
+        if max_tokens:
+            kwargs["max_tokens"] = max_tokens
+        try:
+            response = await self.client.chat.completions.create(**kwargs)
+        except openai.OpenAIError as error:
+            raise ModelError(_describe(error)) from error
+        choices = getattr(response, "choices", None)
+        if not choices or getattr(choices[0], "message", None) is None:
+            raise ModelOutputError("the model answered without a message")
+        message = choices[0].message
+        calls = tuple(
+            ToolCall(
+                id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+                name=call.function.name or "",
+                arguments=call.function.arguments or "",
+            )
+            for call in (message.tool_calls or ())
+            if getattr(call, "function", None) is not None
+        )
+        usage = getattr(response, "usage", None)
+        return Completion(
+            content=message.content if isinstance(message.content, str) else None,
+            tool_calls=calls,
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+        )
+
+
+class OpenAIEmbedder:
+    def __init__(self, client: openai.AsyncOpenAI, model: str, dimension: int) -> None:
+        self.client = client
+        self.model = model
+        self.dimension = dimension
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        try:
+            response = await self.client.embeddings.create(model=self.model, input=texts)
+        except openai.OpenAIError as error:
+            raise EmbeddingError(_describe(error).replace("model", "embedding model")) from error
+        vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+        if len(vectors) != len(texts):
+            raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(vectors)}")
+        for vector in vectors:
+            if len(vector) != self.dimension:
+                raise EmbeddingError(
+                    f"embedding model {self.model!r} returns {len(vector)} dimensions but the "
+                    f"database holds {self.dimension} (COMPANION_EMBEDDING_DIM); run "
+                    "`companion reembed --dim N` after changing the embedding model"
+                )
+        return vectors

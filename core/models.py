@@ -1,0 +1,173 @@
+"""The tables. One ORM class per concept; core logic uses these or small dataclasses.
+
+Every row that belongs to a member carries `tenant_id` and `agent_id`; queries filter on both
+(see `core.store`). Deleting an agent cascades to everything it owns.
+
+    tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)
+                              ├─< messages      recall storage; `in_context` marks the FIFO queue
+                              ├─< summaries     recursive summaries; the newest is FIFO slot 0
+                              ├─< passages      archival storage (pgvector + full text)
+                              ├─< events        inbound events, stored before any model call
+                              └─< outbox        replies waiting for delivery
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Computed,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+TS = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+def _tenant_fk() -> Mapped[int]:
+    return mapped_column(BigInteger, ForeignKey("tenants.id", ondelete="CASCADE"), index=False)
+
+
+def _agent_fk() -> Mapped[int]:
+    return mapped_column(BigInteger, ForeignKey("agents.id", ondelete="CASCADE"))
+
+
+class Meta(Base):
+    """Deployment facts fixed at schema creation, e.g. the embedding dimension."""
+
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String, primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    key: Mapped[str] = mapped_column(String, unique=True)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class User(Base):
+    __tablename__ = "users"
+    __table_args__ = (UniqueConstraint("tenant_id", "external_id"),)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    external_id: Mapped[str] = mapped_column(String)
+    display_name: Mapped[str | None] = mapped_column(String)
+    timezone: Mapped[str] = mapped_column(String, default="UTC")
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    user_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), unique=True
+    )
+    # True from the memory-pressure warning until the next flush: one warning per episode.
+    pressure_warned: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    last_active_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class Block(Base):
+    __tablename__ = "blocks"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    label: Mapped[str] = mapped_column(String, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    value: Mapped[str] = mapped_column(Text, default="")
+    char_limit: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+    # user | assistant | tool | system (system alerts, user actions, scheduled interrupts)
+    role: Mapped[str] = mapped_column(String)
+    content: Mapped[str | None] = mapped_column(Text)
+    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    tool_call_id: Mapped[str | None] = mapped_column(String)
+    # What a person said or was told: the user's words, or the text of a send_message.
+    search_text: Mapped[str | None] = mapped_column(Text)
+    tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english', coalesce(search_text, ''))", persisted=True)
+    )
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    in_context: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Summary(Base):
+    __tablename__ = "summaries"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    text: Mapped[str] = mapped_column(Text)
+    # How many messages, in all, this summary stands for (it folds in the previous summary).
+    covers_messages: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Passage(Base):
+    __tablename__ = "passages"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(String)
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
+    tsv: Mapped[Any] = mapped_column(
+        TSVECTOR, Computed("to_tsvector('english', text)", persisted=True)
+    )
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("tenant_id", "dedup_key"),)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    kind: Mapped[str] = mapped_column(String)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    dedup_key: Mapped[str | None] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String, default="pending")  # pending | done | failed
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    processed_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class Outbox(Base):
+    __tablename__ = "outbox"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    delivered_at: Mapped[datetime | None] = mapped_column(TS)

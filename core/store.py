@@ -1,0 +1,124 @@
+"""Reads and writes of one agent's memory, always inside that agent's scope.
+
+`AgentStore` wraps a session and a `Scope` (tenant id, agent id); every query it makes
+filters on both. Search lives in `core.search`; whole-agent data moves in `core.portability`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.models import Agent, Block, Message, Outbox, Passage, Summary
+
+
+@dataclass(frozen=True)
+class Scope:
+    tenant_id: int
+    agent_id: int
+
+
+class AgentStore:
+    def __init__(self, session: AsyncSession, scope: Scope) -> None:
+        self.session = session
+        self.scope = scope
+
+    def _mine(self, model: Any) -> Any:
+        return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
+
+    async def lock_agent(self) -> Agent:
+        """Row-lock the agent for this transaction: one turn at a time, across processes."""
+        agent = await self.session.scalar(
+            select(Agent)
+            .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
+            .with_for_update()
+        )
+        assert agent is not None, f"agent {self.scope.agent_id} vanished"
+        return agent
+
+    async def blocks(self) -> dict[str, Block]:
+        rows = await self.session.scalars(select(Block).where(self._mine(Block)))
+        return {block.label: block for block in rows}
+
+    async def in_context(self) -> list[Message]:
+        rows = await self.session.scalars(
+            select(Message).where(self._mine(Message), Message.in_context).order_by(Message.id)
+        )
+        return list(rows)
+
+    async def append(self, now: datetime, **fields: Any) -> Message:
+        message = Message(
+            tenant_id=self.scope.tenant_id,
+            agent_id=self.scope.agent_id,
+            created_at=now,
+            in_context=True,
+            **fields,
+        )
+        self.session.add(message)
+        await self.session.flush()
+        return message
+
+    async def evict(self, messages: Sequence[Message]) -> None:
+        ids = [m.id for m in messages]
+        await self.session.execute(
+            update(Message).where(self._mine(Message), Message.id.in_(ids)).values(in_context=False)
+        )
+        for message in messages:
+            message.in_context = False
+
+    async def latest_summary(self) -> Summary | None:
+        return await self.session.scalar(
+            select(Summary).where(self._mine(Summary)).order_by(Summary.id.desc()).limit(1)
+        )
+
+    async def add_summary(self, text: str, covers: int, tokens: int, now: datetime) -> Summary:
+        summary = Summary(
+            tenant_id=self.scope.tenant_id,
+            agent_id=self.scope.agent_id,
+            text=text,
+            covers_messages=covers,
+            tokens=tokens,
+            created_at=now,
+        )
+        self.session.add(summary)
+        await self.session.flush()
+        return summary
+
+    async def add_passage(
+        self, text: str, now: datetime, source: str | None = None, embedding: Any = None
+    ) -> Passage:
+        passage = Passage(
+            tenant_id=self.scope.tenant_id,
+            agent_id=self.scope.agent_id,
+            text=text,
+            source=source,
+            embedding=embedding,
+            created_at=now,
+        )
+        self.session.add(passage)
+        await self.session.flush()
+        return passage
+
+    async def add_outbox(self, text: str, event_id: int | None, now: datetime) -> None:
+        self.session.add(
+            Outbox(
+                tenant_id=self.scope.tenant_id,
+                agent_id=self.scope.agent_id,
+                event_id=event_id,
+                text=text,
+                created_at=now,
+            )
+        )
+
+    async def counts(self) -> tuple[int, int]:
+        """(messages out of context, archival passages): what only search can reach."""
+        recall = await self.session.scalar(
+            select(func.count()).where(self._mine(Message), ~Message.in_context)
+        )
+        archival = await self.session.scalar(select(func.count()).where(self._mine(Passage)))
+        return int(recall or 0), int(archival or 0)

