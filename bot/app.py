@@ -57,7 +57,10 @@ async def open_app(
     check_window(config)
     async with (
         open_database(
-            settings.database_url, settings.data_dir, settings.embedding_dim, schema
+            settings.database_url,
+            settings.data_dir,
+            settings.embedding_dim,
+            schema or settings.db_schema,
         ) as (sessions, held_dim),
         _client(settings) as client,
     ):

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from bot.app import App, open_app
@@ -75,10 +76,12 @@ async def _export(app: App, args: argparse.Namespace) -> int:
         doc = await export_agent(session, scope)
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        print(f"exported {len(doc['messages'])} messages, {len(doc['passages'])} passages "
-              f"to {args.output}", file=sys.stderr)
+        await asyncio.to_thread(Path(args.output).write_text, text + "\n", encoding="utf-8")
+        print(
+            f"exported {len(doc['messages'])} messages, {len(doc['passages'])} passages "
+            f"to {args.output}",
+            file=sys.stderr,
+        )
     else:
         print(text)
     return 0
@@ -108,24 +111,28 @@ async def _import(app: App, args: argparse.Namespace) -> int:
         counts = await import_agent(
             session, scope, doc, config, app.engine.clock(), app.embedder, args.replace
         )
-    print(f"imported {counts['messages']} messages, {counts['passages']} passages and "
-          f"{counts['blocks']} blocks into {user}@{tenant}", file=sys.stderr)
+    print(
+        f"imported {counts['messages']} messages, {counts['passages']} passages and "
+        f"{counts['blocks']} blocks into {user}@{tenant}",
+        file=sys.stderr,
+    )
     return 0
 
 
 async def _reset(app: App, args: argparse.Namespace) -> int:
-    async with app.sessions() as session, session.begin():
+    async with app.sessions() as session:
         scope = await find_agent(session, args.tenant, args.user)
-        if scope is None:
-            print(f"nothing to reset: no agent for {args.user}@{args.tenant}", file=sys.stderr)
-            return 0
-        if not args.yes:
-            if not sys.stdin.isatty():
-                raise ConfigError("reset erases memory for good: pass --yes to confirm")
-            answer = input(f"Erase ALL memory of {args.user} in {args.tenant}? Type yes: ")
-            if answer.strip().lower() != "yes":
-                print("not reset", file=sys.stderr)
-                return 1
+    if scope is None:
+        print(f"nothing to reset: no agent for {args.user}@{args.tenant}", file=sys.stderr)
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("reset erases memory for good: pass --yes to confirm")
+        question = f"Erase ALL memory of {args.user} in {args.tenant}? Type yes: "
+        if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
+            print("not reset", file=sys.stderr)
+            return 1
+    async with app.sessions() as session, session.begin():
         await delete_agent(session, scope)
     print(f"erased all memory of {args.user}@{args.tenant}", file=sys.stderr)
     return 0
@@ -143,8 +150,13 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"chat": _chat, "export": _export, "import": _import, "reset": _reset,
-            "reembed": _reembed}
+COMMANDS = {
+    "chat": _chat,
+    "export": _export,
+    "import": _import,
+    "reset": _reset,
+    "reembed": _reembed,
+}
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:

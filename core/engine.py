@@ -90,7 +90,7 @@ class Engine:
             return int(existing)
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
-        results = []
+        results: list[TurnResult] = []
         while True:
             async with self.sessions() as session, session.begin():
                 store = AgentStore(session, scope)
@@ -129,8 +129,9 @@ class Engine:
         if status == "failed":
             await session.refresh(agent)
             # The turn was rolled back; the member's words still go to recall storage.
-            await store.append(now, event_id=event.id,
-                               **trigger_fields(event.kind, event.payload["text"]))
+            await store.append(
+                now, event_id=event.id, **trigger_fields(event.kind, event.payload["text"])
+            )
             if event.kind != EventKind.USER_MESSAGE:
                 reply_texts = []
         for text in reply_texts:

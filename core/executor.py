@@ -106,7 +106,9 @@ def parse_arguments(fn: Tool, raw: str) -> dict[str, Any]:
         raise ToolError(
             f"unknown argument(s) {', '.join(unknown)}; {fn.__name__} takes {', '.join(known)}"
         )
-    missing = [p.name for p, _ in params if p.default is inspect.Parameter.empty and p.name not in args]
+    missing = [
+        p.name for p, _ in params if p.default is inspect.Parameter.empty and p.name not in args
+    ]
     if missing:
         raise ToolError(f"missing required argument(s): {', '.join(missing)}")
     return {p.name: _coerce(p.name, args[p.name], hint) for p, hint in params if p.name in args}
@@ -123,7 +125,9 @@ async def execute(call: ToolCall, ctx: ToolContext) -> Outcome:
     limit = ctx.config.max_tool_output_chars
     if fn is None:
         names = ", ".join(REGISTRY)
-        return Outcome(call, f"Error: unknown function {call.name[:80]!r}. Functions: {names}", False)
+        return Outcome(
+            call, f"Error: unknown function {call.name[:80]!r}. Functions: {names}", False
+        )
     try:
         args = parse_arguments(fn, call.arguments)
         async with ctx.store.session.begin_nested():  # a failed tool leaves no half-writes
@@ -132,6 +136,7 @@ async def execute(call: ToolCall, ctx: ToolContext) -> Outcome:
         return Outcome(call, _truncate(f"Error: {error}", limit), False)
     except Exception:  # a bug of ours: tell the model, keep the turn alive, log it
         log.exception("tool %s failed", call.name)
-        return Outcome(call, f"Error: {call.name} failed inside the engine; try something else", False)
+        return Outcome(
+            call, f"Error: {call.name} failed inside the engine; try something else", False
+        )
     return Outcome(call, _truncate(result, limit), True, bool(args.get("request_heartbeat")))
-

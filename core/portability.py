@@ -83,12 +83,10 @@ async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
             for s in summaries
         ],
         "passages": [
-            {"text": p.text, "source": p.source, "created_at": _iso(p.created_at)}
-            for p in passages
+            {"text": p.text, "source": p.source, "created_at": _iso(p.created_at)} for p in passages
         ],
         "pending_events": [
-            {"kind": e.kind, "payload": e.payload, "created_at": _iso(e.created_at)}
-            for e in events
+            {"kind": e.kind, "payload": e.payload, "created_at": _iso(e.created_at)} for e in events
         ],
     }
 
@@ -105,7 +103,7 @@ def _when(item: dict[str, Any], where: str) -> datetime:
 
 def _check(doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise BadExport("this is not a Companion export (no \"format\": \"companion-export\")")
+        raise BadExport('this is not a Companion export (no "format": "companion-export")')
     if doc.get("version") != VERSION:
         raise BadExport(f"export version {doc.get('version')!r} is not supported (want {VERSION})")
     for key in ("blocks", "messages", "passages"):
@@ -184,8 +182,10 @@ async def import_agent(
         message.tokens = counter.count_message(render(message, config.max_message_tokens))
     for i, item in enumerate(doc.get("summaries") or []):
         await store.add_summary(
-            item["text"], int(item.get("covers_messages", 0)),
-            counter.count(item["text"]) + 40, _when(item, f"summaries[{i}]"),
+            item["text"],
+            int(item.get("covers_messages", 0)),
+            counter.count(item["text"]) + 40,
+            _when(item, f"summaries[{i}]"),
         )
     if isinstance(doc.get("summary"), str) and not doc.get("summaries"):
         covered = sum(1 for m in doc["messages"] if not m.get("in_context", False))

@@ -81,11 +81,12 @@ async def _keyword_search(
     query: str,
     page: int,
     page_size: int,
+    skip_event: int | None = None,
 ) -> Page:
     if table == "messages":
         sql = _KEYWORD_SQL.format(
             table="messages",
-            filter="AND r.search_text IS NOT NULL",
+            filter="AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
             text_col="r.search_text",
             kind_col="r.role",
         )
@@ -102,20 +103,29 @@ async def _keyword_search(
                 "agent": scope.agent_id,
                 "limit": page_size,
                 "offset": (page - 1) * page_size,
+                "skip": skip_event or -1,  # event ids are positive
             },
         )
     ).all()
     if not rows and page > 1:  # past the end: report the real number of pages
-        first = await _keyword_search(session, scope, table, query, 1, page_size)
+        first = await _keyword_search(session, scope, table, query, 1, page_size, skip_event)
         return Page([], page, first.pages, first.total)
     return _page_of(list(rows), page, page_size)
 
 
 async def recall_search(
-    session: AsyncSession, scope: Scope, query: str, page: int = 1, page_size: int = 5
+    session: AsyncSession,
+    scope: Scope,
+    query: str,
+    page: int = 1,
+    page_size: int = 5,
+    skip_event: int | None = None,
 ) -> Page:
-    """Messages (either side) that share key words with `query`, best first."""
-    return await _keyword_search(session, scope, "messages", query, page, page_size)
+    """Messages (either side) sharing key words with `query`, best first.
+
+    `skip_event` leaves out the messages of the event being handled (the question itself).
+    """
+    return await _keyword_search(session, scope, "messages", query, page, page_size, skip_event)
 
 
 async def recall_by_date(

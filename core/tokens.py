@@ -58,8 +58,8 @@ class TokenCounter:
         self._samples += 1
         weight = max(1 / self._samples, 0.2)
         # Grow at once when the provider counts more; shrink slowly.
-        self.ratio = observed if observed > self.ratio else self.ratio + weight * (
-            observed - self.ratio
+        self.ratio = (
+            observed if observed > self.ratio else self.ratio + weight * (observed - self.ratio)
         )
 
 

@@ -30,6 +30,7 @@ class ToolContext:
     now: datetime
     timezone: str = "UTC"
     embedder: Embedder | None = None
+    event_id: int | None = None
     sent: list[str] = field(default_factory=list)
 
 
@@ -142,7 +143,9 @@ async def conversation_search(
         raise ToolError("query is empty")
     store = ctx.store
     page = _page_number(page)
-    found = await recall_search(store.session, store.scope, query, page, ctx.config.page_size)
+    found = await recall_search(
+        store.session, store.scope, query, page, ctx.config.page_size, ctx.event_id
+    )
     return _format_page(found, "messages")
 
 

@@ -33,8 +33,11 @@ def count_prompt(body: dict[str, Any]) -> int:
     for message in body.get("messages", []):
         n += 4 + len(ENC.encode(str(message.get("content") or ""), disallowed_special=()))
         for call in message.get("tool_calls") or []:
-            n += 4 + len(ENC.encode(call["function"]["name"] + call["function"]["arguments"],
-                                    disallowed_special=()))
+            n += 4 + len(
+                ENC.encode(
+                    call["function"]["name"] + call["function"]["arguments"], disallowed_special=()
+                )
+            )
     if body.get("tools"):
         n += len(ENC.encode(json.dumps(body["tools"], separators=(",", ":"))))
     return n
@@ -150,8 +153,9 @@ class FakeOpenAI:
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
-    def fail_next(self, status: int, body: str = "", headers: dict[str, str] | None = None,
-                  times: int = 1) -> None:
+    def fail_next(
+        self, status: int, body: str = "", headers: dict[str, str] | None = None, times: int = 1
+    ) -> None:
         body = body or json.dumps({"error": {"message": f"fake failure {status}"}})
         self.failures.extend([(status, headers or {}, body)] * times)
 
@@ -164,8 +168,9 @@ class FakeOpenAI:
         self.requests.append(body)
         if self.failures:
             status, headers, text = self.failures.pop(0)
-            return web.Response(status=status, text=text, headers=headers,
-                                content_type="application/json")
+            return web.Response(
+                status=status, text=text, headers=headers, content_type="application/json"
+            )
         if self.delay:
             await asyncio.sleep(self.delay)
         answer = self.brain(body)
@@ -173,11 +178,14 @@ class FakeOpenAI:
             answer = await answer
         if isinstance(answer, web.StreamResponse):
             return answer
-        answer.setdefault("usage", {
-            "prompt_tokens": int(count_prompt(body) * self.inflation),
-            "completion_tokens": 10,
-            "total_tokens": int(count_prompt(body) * self.inflation) + 10,
-        })
+        answer.setdefault(
+            "usage",
+            {
+                "prompt_tokens": int(count_prompt(body) * self.inflation),
+                "completion_tokens": 10,
+                "total_tokens": int(count_prompt(body) * self.inflation) + 10,
+            },
+        )
         return web.json_response(answer)
 
     async def _embeddings(self, request: web.Request) -> web.Response:
@@ -188,8 +196,14 @@ class FakeOpenAI:
             {"object": "embedding", "index": i, "embedding": embed_text(t, self.embedding_dim)}
             for i, t in enumerate(inputs)
         ]
-        return web.json_response({"object": "list", "data": data, "model": body["model"],
-                                  "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            }
+        )
 
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)

@@ -43,7 +43,7 @@ def _agent(primary_key: bool = False) -> sa.Column:
 
 def upgrade() -> None:
     dim = int(context.config.attributes.get("embedding_dim", 1536))
-    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    op.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
     op.create_table(
         "meta", sa.Column("key", sa.String, primary_key=True), sa.Column("value", sa.Text)
     )

@@ -1,0 +1,138 @@
+"""Shared fixtures: one embedded Postgres per test run, a fresh schema per test, a fake model.
+
+pg_url      the embedded server's URL (session-wide; started once, stopped at the end)
+schema      a new, migrated schema for this test: tests never see each other's rows
+sessions    a session factory bound to that schema
+fake        a FakeOpenAI server on loopback (the real `openai` client talks to it)
+make_engine build an Engine on `sessions` and `fake` with a chosen config and clock
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import openai
+import pytest
+
+from bot.database import embedded_postgres, make_engine, migrate
+from core.agent import Mind
+from core.config import EngineConfig
+from core.engine import Engine
+from core.llm import OpenAIChat, OpenAIEmbedder
+from core.tokens import TokenCounter
+from tests.fake_openai import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parent.parent
+_schemas = itertools.count()
+
+
+@pytest.fixture(scope="session")
+async def pg_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+    url = os.environ.get("COMPANION_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    async with embedded_postgres(tmp_path_factory.mktemp("pg")) as url:
+        yield url
+
+
+@pytest.fixture
+async def schema(pg_url: str) -> str:
+    name = f"t{os.getpid()}_{next(_schemas)}"
+    engine = make_engine(pg_url)
+    async with engine.begin() as conn:
+        from sqlalchemy import text
+
+        await conn.execute(text(f"CREATE SCHEMA {name}"))
+    await engine.dispose()
+    engine = make_engine(pg_url, schema=name)
+    await migrate(engine, 16)
+    await engine.dispose()
+    return name
+
+
+@pytest.fixture
+async def sessions(pg_url: str, schema: str):
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    engine = make_engine(pg_url, schema=schema)
+    yield async_sessionmaker(engine, expire_on_commit=False)
+    await engine.dispose()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(embedding_dim=16) as server:
+        yield server
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def make_engine_for(sessions, fake: FakeOpenAI, clock: Clock):
+    clients: list[openai.AsyncOpenAI] = []
+
+    def build(
+        config: EngineConfig | None = None,
+        embeddings: bool = False,
+        retries: int = 0,
+        timeout: float = 10.0,
+    ) -> Engine:
+        client = openai.AsyncOpenAI(
+            base_url=fake.base_url, api_key="test", max_retries=retries, timeout=timeout
+        )
+        clients.append(client)
+        embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
+        mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), config or EngineConfig(), embedder)
+        return Engine(sessions, mind, clock)
+
+    yield build
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+def engine(make_engine_for: Callable[..., Engine]) -> Engine:
+    return make_engine_for()
+
+
+def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: str) -> dict:
+    """Environment for running `companion` as a subprocess against the test database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "COMPANION_"))}
+    env.update(
+        OPENAI_BASE_URL=fake.base_url,
+        OPENAI_API_KEY="test",
+        COMPANION_MODEL="fake",
+        COMPANION_CONTEXT_WINDOW="8192",
+        COMPANION_EMBEDDING_DIM="16",
+        DATABASE_URL=pg_url,
+        PYTHONPATH=str(ROOT),
+    )
+    if schema:
+        env["COMPANION_DB_SCHEMA"] = schema
+    env.update(extra)
+    return env
+
+
+COMPANION = [sys.executable, "-m", "bot.cli"]

@@ -1,0 +1,88 @@
+"""One agent handles one event at a time, in arrival order; nothing is rejected or dropped."""
+
+import asyncio
+
+from sqlalchemy import select
+
+from core.events import EventKind, InboundEvent
+from core.models import Event
+from tests.fake_openai import last_user_text, say
+
+
+async def test_concurrent_messages_to_one_agent_are_handled_in_order(make_engine_for, fake):
+    active = 0
+    overlap = []
+
+    async def brain(body):
+        nonlocal active
+        active += 1
+        overlap.append(active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return say("re: " + last_user_text(body))
+
+    fake.brain = brain
+    engines = [make_engine_for() for _ in range(4)]  # four "processes", one database
+    scope = await engines[0].agent("t", "u")
+    texts = [f"message {i}" for i in range(20)]
+
+    async def send(i):
+        engine = engines[i % len(engines)]
+        return await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, texts[i]))
+
+    exchanges = await asyncio.gather(*(send(i) for i in range(20)))
+    assert [e.replies for e in exchanges] == [[f"re: {t}"] for t in texts]
+    assert max(overlap) == 1, "two turns of one agent ran at once"
+    seen = [last_user_text(b) for b in fake.chat_requests]
+    order = sorted(range(20), key=lambda i: exchanges[i].event_id)
+    assert seen == [texts[i] for i in order], "the model saw messages in arrival order"
+    # Each prompt holds the earlier messages too: no message fell out of the agent's context.
+    for n, body in enumerate(fake.chat_requests):
+        contents = [m.get("content") for m in body["messages"]]
+        assert all(texts[i] in contents for i in order[: n + 1])
+
+
+async def test_different_agents_run_in_parallel(make_engine_for, fake):
+    active = 0
+    peak = 0
+
+    async def brain(body):
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+        return say("hi")
+
+    fake.brain = brain
+    engine = make_engine_for()
+    scopes = [await engine.agent("t", f"user{i}") for i in range(5)]
+    await asyncio.gather(
+        *(engine.converse(s, InboundEvent(EventKind.USER_MESSAGE, "hello")) for s in scopes)
+    )
+    assert peak > 1
+
+
+async def test_redelivered_event_is_stored_and_answered_once(engine, fake, sessions):
+    scope = await engine.agent("t", "u")
+    event = InboundEvent(EventKind.USER_MESSAGE, "hello", dedup_key="platform-msg-1")
+    first = await engine.converse(scope, event)
+    second = await engine.converse(scope, event)
+    assert first.event_id == second.event_id
+    assert first.replies == ["You said: hello"] and second.replies == []
+    assert len(fake.chat_requests) == 1
+    async with sessions() as session:
+        events = list(await session.scalars(select(Event)))
+    assert len(events) == 1 and events[0].status == "done"
+
+
+async def test_stored_before_the_model_is_called(engine, fake, sessions):
+    """Write first, then think: a crash before the model call loses nothing."""
+    scope = await engine.agent("t", "u")
+    event_id = await engine.submit(scope, InboundEvent(EventKind.USER_MESSAGE, "are you there?"))
+    assert fake.requests == []
+    async with sessions() as session:
+        stored = await session.get(Event, event_id)
+    assert stored.status == "pending" and stored.payload["text"] == "are you there?"
+    assert await engine.resume() == 1
+    assert await engine.take_replies(event_id) == ["You said: are you there?"]
