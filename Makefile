@@ -1,0 +1,32 @@
+# Everyday commands. `make chat` and `make test` are the two a newcomer needs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: chat test lint format bench
+
+$(BIN)/companion: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+chat: $(BIN)/companion  ## install, then chat with your own agent (embedded database)
+	$(BIN)/companion chat
+
+test: $(BIN)/companion  ## install, then run the whole test suite
+	$(BIN)/pytest
+
+lint: $(BIN)/companion
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: $(BIN)/companion
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(BIN)/companion
+	$(BIN)/python bench/framework.py
+	$(BIN)/python bench/search.py --dim 384
+	$(BIN)/python bench/locomo_recall.py
