@@ -51,10 +51,10 @@ async def open_app(
     schema: str | None = None,
     check_dimension: bool = True,
 ) -> AsyncIterator[App]:
+    config: EngineConfig = settings.engine_config()
     if need_model:
         settings.require_model()
-    config: EngineConfig = settings.engine_config()
-    check_window(config)
+        check_window(config)
     async with (
         open_database(
             settings.database_url,

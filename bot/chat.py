@@ -13,7 +13,7 @@ from typing import TextIO
 
 from core.agent import TurnResult
 from core.engine import Engine
-from core.events import EventKind, InboundEvent
+from core.events import EventKind, EventTooLarge, InboundEvent
 from core.store import AgentStore, Scope
 
 DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
@@ -46,8 +46,20 @@ async def _show_memory(engine: Engine, scope: Scope, out: TextIO) -> None:
         out.write(f"{block.value}\n")
 
 
-async def _say(engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool):
-    exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+async def _say(
+    engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool
+) -> None:
+    if tty:
+        out.write(f"{DIM}companion is thinking…{RESET}")
+        out.flush()
+    try:
+        exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+    except EventTooLarge as error:
+        sys.stderr.write(f"companion: {error}\n")
+        return
+    finally:
+        if tty:
+            out.write("\r\033[K")
     if verbose:
         _trace(exchange.result, out if tty else sys.stderr, tty)
     for reply in exchange.replies:

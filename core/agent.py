@@ -221,7 +221,9 @@ class Turn:
     async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
         config, counter = self.mind.config, self.mind.counter
         summary = await self.store.latest_summary()
-        recall, archival = await self.store.counts()
+        # The summary covers exactly the messages evicted so far: those only search can reach.
+        recall = summary.covers_messages if summary else 0
+        archival = await self.store.passage_count()
         queue = [render(m, config.max_message_tokens) for m in self.queue]
         prompt, used = assemble(
             blocks=list(blocks.values()),

@@ -115,10 +115,5 @@ class AgentStore:
             )
         )
 
-    async def counts(self) -> tuple[int, int]:
-        """(messages out of context, archival passages): what only search can reach."""
-        recall = await self.session.scalar(
-            select(func.count()).where(self._mine(Message), ~Message.in_context)
-        )
-        archival = await self.session.scalar(select(func.count()).where(self._mine(Passage)))
-        return int(recall or 0), int(archival or 0)
+    async def passage_count(self) -> int:
+        return int(await self.session.scalar(select(func.count()).where(self._mine(Passage))) or 0)

@@ -65,6 +65,8 @@ class TokenCounter:
 
 def truncate_to_tokens(text: str, limit: int) -> str:
     """The first `limit` tokens of `text` (whole text if it fits)."""
+    if len(text) <= limit // 4 or len(text.encode("utf-8")) <= limit:
+        return text  # a token is at least one byte: no need to encode
     tokens = _encoding().encode(text, disallowed_special=())
     if len(tokens) <= limit:
         return text

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,13 +34,18 @@ _schemas = itertools.count()
 
 
 @pytest.fixture(scope="session")
-async def pg_url(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[str]:
+async def pg_url() -> AsyncIterator[str]:
     url = os.environ.get("COMPANION_TEST_DATABASE_URL")
     if url:
         yield url
         return
-    async with embedded_postgres(tmp_path_factory.mktemp("pg")) as url:
-        yield url
+    # Not pytest's tmp_path: it prunes old run directories, also those of a concurrent run.
+    data_dir = Path(tempfile.mkdtemp(prefix="companion-test-pg-"))
+    try:
+        async with embedded_postgres(data_dir) as url:
+            yield url
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

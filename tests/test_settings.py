@@ -1,0 +1,56 @@
+"""Settings from the environment and the model-window table: plain values, no I/O."""
+
+import pytest
+
+from bot.settings import Settings
+from core.agent import check_window
+from core.config import EngineConfig, window_for
+from core.errors import ConfigError, ContextTooSmall
+
+
+def test_known_windows_tolerate_prefixes_and_tags():
+    assert window_for("gpt-4o-mini") == 128_000
+    assert window_for("openai/gpt-4o") == 128_000
+    assert window_for("llama3.1:8b-instruct-q4") == 131_072
+    assert window_for("gpt-4o-mini-2024-07-18") == 128_000
+    assert window_for("my-own-model") is None
+
+
+def test_window_comes_from_env_then_table_then_fallback():
+    assert (
+        Settings.from_env({"COMPANION_MODEL": "gpt-4", "COMPANION_CONTEXT_WINDOW": "6000"}).window
+        == 6000
+    )
+    assert Settings.from_env({"COMPANION_MODEL": "gpt-4"}).window == 8192
+    assert Settings.from_env({"COMPANION_MODEL": "mystery"}).window == 8192
+
+
+def test_missing_model_settings_are_named_in_one_line():
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env({}).require_model()
+    message = str(error.value)
+    assert "COMPANION_MODEL" in message and "OPENAI_API_KEY" in message and "\n" not in message
+    # A local server needs no key.
+    Settings.from_env({"COMPANION_MODEL": "m", "OPENAI_BASE_URL": "http://x/v1"}).require_model()
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"COMPANION_CONTEXT_WINDOW": "lots"},
+        {"COMPANION_CONTEXT_WINDOW": "-5"},
+        {"COMPANION_EMBEDDING_DIM": "1.5"},
+        {"COMPANION_DB_SCHEMA": "x; DROP TABLE users"},
+    ],
+)
+def test_bad_values_are_clear_errors(env):
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env(env)
+    assert list(env)[0] in str(error.value)
+
+
+def test_a_window_too_small_for_the_fixed_prompt_is_refused():
+    with pytest.raises(ContextTooSmall):
+        check_window(EngineConfig(context_window=2048))
+    check_window(EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000))
+    check_window(EngineConfig(context_window=8192))
