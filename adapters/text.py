@@ -1,0 +1,135 @@
+"""Reply text for platforms: split at a length limit, keep code blocks whole and valid.
+
+`split_message(text, limit)` packs paragraphs, lines and words into parts of at most `limit`
+characters. A fenced code block goes whole into one part when it can; one longer than a
+part is cut between lines, and each piece is closed and reopened with the same fence and
+language, so every part renders as valid markdown. Words are never cut, unless a single
+word is longer than a part.
+"""
+
+from __future__ import annotations
+
+import re
+
+FENCE = re.compile(r"^(```|~~~)([^\n`]*)$", re.MULTILINE)
+
+
+def _segments(text: str) -> list[tuple[str, str | None]]:
+    """(text, fence header or None) pieces: prose, and fenced code blocks with their fences."""
+    segments: list[tuple[str, str | None]] = []
+    pos = 0
+    while True:
+        start = FENCE.search(text, pos)
+        if start is None:
+            break
+        end = re.compile(rf"^{re.escape(start.group(1))}[ \t]*$", re.MULTILINE).search(
+            text, start.end()
+        )
+        if end is None:  # an unclosed fence runs to the end: close it ourselves
+            segments += [(text[pos : start.start()], None)]
+            body = text[start.end() :].strip("\n")
+            segments.append((f"{start.group(0)}\n{body}\n{start.group(1)}", start.group(0)))
+            return [s for s in segments if s[0]]
+        segments.append((text[pos : start.start()], None))
+        segments.append((text[start.start() : end.end()], start.group(0)))
+        pos = end.end()
+    segments.append((text[pos:], None))
+    return [s for s in segments if s[0]]
+
+
+def _cut_prose(text: str, room: int) -> int:
+    """Where to cut prose to fit `room`: a paragraph, line, sentence or word boundary."""
+    window = text[: room + 1]
+    for pattern in ("\n\n", "\n", ". ", " "):
+        at = window.rfind(pattern, 0, room + 1)
+        if at > 0:
+            return at + (len(pattern) if pattern == ". " else 0)
+    return room  # one word longer than the room: a hard cut is the only way
+
+
+def _code_pieces(block: str, header: str, limit: int) -> list[str]:
+    fence = header[:3]
+    lines = block.split("\n")[1:-1]
+    room = limit - len(header) - len(fence) - 2
+    pieces, current = [], ""
+    for line in lines:
+        while len(line) > room:  # a line longer than a whole part
+            if current:
+                pieces.append(current)
+                current = ""
+            pieces.append(line[:room])
+            line = line[room:]
+        candidate = f"{current}\n{line}" if current else line
+        if current and len(candidate) > room:
+            pieces.append(current)
+            candidate = line
+        current = candidate
+    if current or not pieces:
+        pieces.append(current)
+    return [f"{header}\n{piece}\n{fence}" for piece in pieces]
+
+
+def split_message(text: str, limit: int) -> list[str]:
+    if limit < 20:
+        raise ValueError("limit too small to split into readable parts")
+    text = text.strip()
+    if len(text) <= limit:
+        return [text] if text else []
+    parts: list[str] = []
+    current = ""
+
+    def flush() -> None:
+        nonlocal current
+        if current.strip():
+            parts.append(current.strip())
+        current = ""
+
+    for segment, header in _segments(text):
+        if header is not None:
+            if len(current) + len(segment) <= limit:
+                current += segment
+                continue
+            flush()
+            if len(segment) <= limit:
+                current = segment
+            else:
+                pieces = _code_pieces(segment, header, limit)
+                parts.extend(pieces[:-1])
+                current = pieces[-1]
+            continue
+        rest = segment
+        while rest:
+            room = limit - len(current)
+            if len(rest) <= room:
+                current += rest
+                break
+            if room < limit // 4 and current.strip():
+                flush()
+                continue
+            cut = _cut_prose(rest, room)
+            current += rest[:cut]
+            rest = rest[cut:].lstrip(" ")
+            flush()
+    flush()
+    return parts
+
+
+def to_slack_mrkdwn(text: str) -> str:
+    """Common markdown to Slack's mrkdwn, leaving code blocks and inline code alone."""
+    out = []
+    for segment, header in _segments(text) or [(text, None)]:
+        if header is not None:
+            out.append(segment)
+            continue
+        pieces = re.split(r"(`[^`\n]+`)", segment)
+        for i, piece in enumerate(pieces):
+            if i % 2:
+                continue
+            piece = re.sub(r"\*\*(.+?)\*\*", r"*\1*", piece)
+            piece = re.sub(r"__(.+?)__", r"*\1*", piece)
+            piece = re.sub(r"~~(.+?)~~", r"~\1~", piece)
+            piece = re.sub(r"\[([^\]]+)\]\((https?://[^)\s]+)\)", r"<\2|\1>", piece)
+            piece = re.sub(r"^#{1,6}\s+(.+)$", r"*\1*", piece, flags=re.MULTILINE)
+            pieces[i] = piece
+        out.append("".join(pieces))
+    return "".join(out)
