@@ -3,6 +3,7 @@
     submit(scope, event)   store the event (deduplicated) before any model call
     drain(scope)           handle the agent's pending events, oldest first, one at a time
     converse(scope, text)  submit + drain + take the replies: what a chat front end wants
+    upload(scope, file)    a shared file into archival memory, then a user-action event
     resume()               after a restart, drain every agent with pending events
 
 Each event runs in its own transaction holding the agent's row lock, so one agent handles
@@ -17,6 +18,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import PurePath
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -24,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.agent import Mind, Turn, TurnResult
 from core.directory import ensure_agent, user_timezone
+from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.models import Agent, Event, Outbox
@@ -65,8 +69,10 @@ class Engine:
         async with self.sessions() as session, session.begin():
             return await ensure_agent(session, tenant, user, self.mind.config, display_name)
 
-    async def submit(self, scope: Scope, event: InboundEvent) -> int:
-        """Store the event; a redelivery (same dedup key) returns the first one's id."""
+    async def _insert_event(
+        self, session: AsyncSession, scope: Scope, event: InboundEvent
+    ) -> tuple[int, bool]:
+        """(event id, whether it is new); a redelivery gets the first delivery's id."""
         values = {
             "tenant_id": scope.tenant_id,
             "agent_id": scope.agent_id,
@@ -75,19 +81,54 @@ class Engine:
             "dedup_key": event.dedup_key,
             "created_at": self.clock(),
         }
+        new_id = await session.scalar(
+            insert(Event).values(**values).on_conflict_do_nothing().returning(Event.id)
+        )
+        if new_id is not None:
+            return int(new_id), True
+        existing = await session.scalar(
+            select(Event.id).where(
+                Event.tenant_id == scope.tenant_id, Event.dedup_key == event.dedup_key
+            )
+        )
+        assert existing is not None
+        return int(existing), False
+
+    async def submit(self, scope: Scope, event: InboundEvent) -> int:
+        """Store the event before anything else happens to it."""
         async with self.sessions() as session, session.begin():
-            new_id = await session.scalar(
-                insert(Event).values(**values).on_conflict_do_nothing().returning(Event.id)
-            )
-            if new_id is not None:
-                return int(new_id)
-            existing = await session.scalar(
-                select(Event.id).where(
-                    Event.tenant_id == scope.tenant_id, Event.dedup_key == event.dedup_key
-                )
-            )
-            assert existing is not None
-            return int(existing)
+            return (await self._insert_event(session, scope, event))[0]
+
+    async def upload(
+        self,
+        scope: Scope,
+        filename: str,
+        data: bytes,
+        dedup_key: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Exchange:
+        """Store a file's text in archival memory, then tell the agent (a user action).
+
+        Raises `UploadRejected` (nothing stored) for a file it will not take. The passages
+        and the event commit together, so a redelivered upload is stored once.
+        """
+        name = PurePath(filename).name
+        chunks = chunk_text(extract_text(name, data))
+        text = (
+            f"The person shared the file {name!r} ({len(data):,} bytes). Its text is now in "
+            f"archival memory as {len(chunks)} passages with source {name!r}. It begins: "
+            f"{chunks[0][:300]}"
+        )
+        event = InboundEvent(EventKind.USER_ACTION, text, dedup_key, meta or {})
+        async with self.sessions() as session, session.begin():
+            event_id, new = await self._insert_event(session, scope, event)
+            if new:
+                store = AgentStore(session, scope)
+                await store_document(store, name, chunks, self.clock(), self.mind.embedder)
+        if not new:
+            return Exchange(event_id, [], None)
+        results = {r.event_id: r for r in await self.drain(scope)}
+        return Exchange(event_id, await self.take_replies(event_id), results.get(event_id))
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
         results: list[TurnResult] = []

@@ -9,6 +9,7 @@ the executor hands the message back to the model.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
@@ -54,17 +55,31 @@ def _set_block(ctx: ToolContext, block: Block, value: str) -> str:
     return f"Block {block.label!r} now has {len(value)} of {block.char_limit} characters."
 
 
-def _format_page(page: Page, what: str) -> str:
+def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
+    """At most `limit` characters of `text`, around the first place a query word appears."""
+    if len(text) <= limit:
+        return text
+    lowered = text.lower()
+    stems = [w[:5] for w in re.findall(r"\w{3,}", query.lower())]
+    hits = [at for at in (lowered.find(stem) for stem in stems) if at >= 0]
+    start = max(0, min(min(hits, default=0) - limit // 3, len(text) - limit))
+    return (
+        ("…" if start else "")
+        + text[start : start + limit]
+        + ("…" if start + limit < len(text) else "")
+    )
+
+
+def _format_page(page: Page, what: str, query: str = "") -> str:
     if page.total == 0:
         return f"No {what} found."
     if page.page > page.pages:
         raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
     lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
     for hit in page.hits:
-        snippet = hit.text if len(hit.text) <= SNIPPET_CHARS else hit.text[:SNIPPET_CHARS] + "…"
         when = hit.created_at.strftime("%Y-%m-%d %H:%M")
         label = f" {hit.kind}" if hit.kind else ""
-        lines.append(f"- [{when}{label}] {snippet}")
+        lines.append(f"- [{when}{label}] {snippet(hit.text, query)}")
     if page.page < page.pages:
         lines.append(f"More: call again with page={page.page + 1}.")
     return "\n".join(lines)
@@ -146,7 +161,7 @@ async def conversation_search(
     found = await recall_search(
         store.session, store.scope, query, page, ctx.config.page_size, ctx.event_id
     )
-    return _format_page(found, "messages")
+    return _format_page(found, "messages", query)
 
 
 async def conversation_search_date(
@@ -221,7 +236,7 @@ async def archival_memory_search(
     found = await archival_search(
         store.session, store.scope, query, embedding, _page_number(page), ctx.config.page_size
     )
-    return note + _format_page(found, "passages")
+    return note + _format_page(found, "passages", query)
 
 
 TOOLS = (

@@ -1,0 +1,182 @@
+"""Uploaded files into archival memory: check, extract text, chunk by tokens, store.
+
+    extract_text(filename, data)   text of a .txt/.md/.csv/.json/.pdf file, or UploadRejected
+    chunk_text(text, max_tokens)   pieces of about `max_tokens`, cut at paragraph or line ends
+    store_document(...)            embed and insert the pieces as passages (source = file name)
+
+Limits are part of the contract: a file over `MAX_UPLOAD_BYTES`, of another type, binary
+posing as text, a broken or encrypted PDF, or one that expands to more than
+`MAX_EXTRACTED_CHARS` of text is refused with a sentence that says why.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from datetime import datetime
+from pathlib import PurePath
+from typing import Any
+
+from core.errors import CompanionError
+from core.events import clean_text
+from core.ports import Embedder
+from core.store import AgentStore
+from core.tokens import TokenCounter, truncate_to_tokens
+
+log = logging.getLogger(__name__)
+
+MAX_UPLOAD_BYTES = 5 * 1024 * 1024
+MAX_EXTRACTED_CHARS = 2_000_000
+MAX_PDF_PAGES = 500
+KINDS = {
+    ".txt": "text",
+    ".md": "text",
+    ".markdown": "text",
+    ".csv": "csv",
+    ".json": "json",
+    ".pdf": "pdf",
+}
+
+
+class UploadRejected(CompanionError):
+    """A file the bot will not store; the message is for the member."""
+
+
+def _decode(data: bytes, name: str) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        text = data.decode("utf-16")
+    else:
+        try:
+            text = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise UploadRejected(f"{name} is not UTF-8 text; is it really a text file?") from None
+    controls = sum(1 for c in text[:10000] if c < " " and c not in "\n\r\t\f")
+    if "\x00" in text or controls > len(text[:10000]) // 100 + 2:
+        raise UploadRejected(f"{name} looks like binary data, not text")
+    return text
+
+
+def _csv_text(text: str) -> str:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        return ""
+    header, body = rows[0], rows[1:]
+    lines = []
+    for row in body:
+        pairs = [f"{h}: {v}" for h, v in zip(header, row, strict=False) if v.strip()]
+        lines.append("; ".join(pairs))
+    return "\n".join(lines) if body else ", ".join(header)
+
+
+def _json_lines(value: Any, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [
+            line
+            for k, v in value.items()
+            for line in _json_lines(v, f"{path}.{k}" if path else str(k))
+        ]
+    if isinstance(value, list):
+        return [line for i, v in enumerate(value) for line in _json_lines(v, f"{path}[{i}]")]
+    return [f"{path}: {value}" if path else str(value)]
+
+
+def _pdf_text(data: bytes, name: str) -> str:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise UploadRejected(f"{name} is encrypted; send an unlocked copy")
+        if len(reader.pages) > MAX_PDF_PAGES:
+            raise UploadRejected(
+                f"{name} has {len(reader.pages)} pages; the most is {MAX_PDF_PAGES}"
+            )
+        pages, size = [], 0
+        for page in reader.pages:
+            text = page.extract_text() or ""
+            size += len(text)
+            if size > MAX_EXTRACTED_CHARS:
+                raise UploadRejected(f"{name} holds more text than I can keep at once")
+            pages.append(text)
+    except UploadRejected:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
+        raise UploadRejected(f"{name} is not a readable PDF ({type(error).__name__})") from None
+    return "\n\n".join(pages)
+
+
+def extract_text(filename: str, data: bytes) -> str:
+    name = PurePath(filename).name or "the file"
+    kind = KINDS.get(PurePath(name).suffix.lower())
+    if kind is None:
+        allowed = ", ".join(sorted(KINDS))
+        raise UploadRejected(f"I can't read {name}: I take {allowed} files")
+    if len(data) > MAX_UPLOAD_BYTES:
+        most = MAX_UPLOAD_BYTES // 1_000_000
+        raise UploadRejected(f"{name} is {len(data) / 1e6:.1f} MB; the most I take is {most} MB")
+    if kind == "pdf":
+        if not data.startswith(b"%PDF"):
+            raise UploadRejected(f"{name} is not a PDF")
+        text = _pdf_text(data, name)
+    else:
+        text = _decode(data, name)
+        if kind == "csv":
+            text = _csv_text(text)
+        elif kind == "json":
+            try:
+                text = "\n".join(_json_lines(json.loads(text)))
+            except json.JSONDecodeError as error:
+                raise UploadRejected(f"{name} is not valid JSON (line {error.lineno})") from None
+    text = clean_text(text).strip()
+    if len(text) > MAX_EXTRACTED_CHARS:
+        raise UploadRejected(f"{name} holds more text than I can keep at once")
+    if not text:
+        raise UploadRejected(f"{name} has no text I could read")
+    return text
+
+
+def chunk_text(text: str, max_tokens: int = 300) -> list[str]:
+    """Pieces of at most `max_tokens` tokens, cut at paragraph or line ends where possible."""
+    count = TokenCounter.count
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for line in text.splitlines():
+        n = count(line) + 1
+        while n > max_tokens:  # a line longer than a chunk: cut it by tokens
+            head = truncate_to_tokens(line, max_tokens)
+            if current:
+                chunks.append("\n".join(current).strip())
+                current, used = [], 0
+            chunks.append(head.strip())
+            line = line[len(head) :]
+            n = count(line) + 1
+        if used + n > max_tokens and current:
+            chunks.append("\n".join(current).strip())
+            current, used = [], 0
+        current.append(line)
+        used += n
+    if current:
+        chunks.append("\n".join(current).strip())
+    return [c for c in chunks if c]
+
+
+async def store_document(
+    store: AgentStore,
+    name: str,
+    chunks: list[str],
+    now: datetime,
+    embedder: Embedder | None = None,
+    batch: int = 64,
+) -> int:
+    """Insert the chunks as passages with their source; returns how many."""
+    for start in range(0, len(chunks), batch):
+        part = chunks[start : start + batch]
+        vectors: list[Any] = await embedder.embed(part) if embedder else [None] * len(part)
+        for i, (text, vector) in enumerate(zip(part, vectors, strict=True)):
+            source = f"{name} (part {start + i + 1} of {len(chunks)})"
+            await store.add_passage(text, now, source=source, embedding=vector)
+    return len(chunks)
