@@ -9,6 +9,7 @@ Every row that belongs to a member carries `tenant_id` and `agent_id`; queries f
                               ├─< passages      archival storage (pgvector + full text)
                               ├─< events        inbound events, stored before any model call
                               └─< outbox        replies waiting for delivery
+    tenants ─< audit_log                        admin actions on member data
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class User(Base):
     external_id: Mapped[str] = mapped_column(String)
     display_name: Mapped[str | None] = mapped_column(String)
     timezone: Mapped[str] = mapped_column(String, default="UTC")
+    # The member's own choices: {"openers": bool, "quiet_hours": "22:00-09:00"}.
+    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
@@ -160,6 +163,19 @@ class Event(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     processed_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class AuditEntry(Base):
+    """One admin action on member data: who did what to whom, and when."""
+
+    __tablename__ = "audit_log"
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    actor: Mapped[str] = mapped_column(String)
+    action: Mapped[str] = mapped_column(String)
+    target: Mapped[str | None] = mapped_column(String)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    created_at: Mapped[datetime] = mapped_column(TS)
 
 
 class Outbox(Base):

@@ -1,0 +1,84 @@
+"""Member and admin actions on memory: view, settings, forget me, admin export and reset."""
+
+import pytest
+from sqlalchemy import func, select
+
+from core.config import EngineConfig
+from core.events import EventKind, InboundEvent
+from core.members import BadSetting, Members, parse_quiet_hours
+from core.models import Agent, Event, Message, User
+
+
+@pytest.fixture
+def members(sessions, clock):
+    return Members(sessions, EngineConfig(), clock)
+
+
+async def _chat(engine, tenant, user, *texts):
+    scope = await engine.agent(tenant, user)
+    for text in texts:
+        await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+    return scope
+
+
+async def test_view_shows_working_context_and_counts(engine, members):
+    await _chat(engine, "g", "ann", "remember that I sail on Sundays", "hello")
+    view = await members.view("g", "ann")
+    human = dict((label, value) for label, value, _ in view.blocks)["human"]
+    assert "I sail on Sundays" in human
+    assert view.messages >= 4 and view.passages == 0
+    assert await members.view("g", "nobody") is None
+
+
+async def test_settings_are_validated_and_kept(members):
+    saved = await members.settings(
+        "g", "ann", openers=False, quiet_hours="23-7:30", timezone="Europe/Lisbon"
+    )
+    assert saved == {"openers": False, "quiet_hours": "23:00-07:30", "timezone": "Europe/Lisbon"}
+    with pytest.raises(BadSetting, match="time zone"):
+        await members.settings("g", "ann", timezone="Mars/Olympus")
+    with pytest.raises(BadSetting):
+        await members.settings("g", "ann", quiet_hours="late")
+    assert (await members.view("g", "ann")).timezone == "Europe/Lisbon"
+
+
+@pytest.mark.parametrize("bad", ["25:00-07:00", "22:61-01:00", "10pm-7am", ""])
+def test_quiet_hours_parse_errors(bad):
+    with pytest.raises(BadSetting):
+        parse_quiet_hours(bad)
+
+
+async def test_forget_me_erases_one_member_entirely(engine, members, sessions):
+    ann = await _chat(engine, "g", "ann", "remember that my PIN hint is heron", "bye")
+    bob = await _chat(engine, "g", "bob", "remember that I like jazz")
+    async with sessions() as session:
+        bob_before = await session.scalar(
+            select(func.count()).where(Message.agent_id == bob.agent_id)
+        )
+    assert await members.forget("g", "ann")
+    async with sessions() as session:
+        for model in (Message, Event):
+            left = await session.scalar(select(func.count()).where(model.agent_id == ann.agent_id))
+            assert left == 0
+        assert await session.get(Agent, ann.agent_id) is None
+        assert await session.scalar(select(User).where(User.external_id == "ann")) is None
+        bob_after = await session.scalar(
+            select(func.count()).where(Message.agent_id == bob.agent_id)
+        )
+    assert bob_after == bob_before > 0
+    assert not await members.forget("g", "ann")
+
+
+async def test_admin_actions_are_audited(engine, members):
+    await _chat(engine, "g", "ann", "remember that I like tea")
+    doc = await members.admin_export("g", "admin-1", "ann")
+    assert any("tea" in (m["content"] or "") for m in doc["messages"])
+    assert await members.admin_reset("g", "admin-1", "ann")
+    assert not await members.admin_reset("g", "admin-1", "ghost")
+    log = await members.audit_log("g")
+    assert [(e.actor, e.action, e.target, e.detail["found"]) for e in reversed(log)] == [
+        ("admin-1", "export", "ann", True),
+        ("admin-1", "reset", "ann", True),
+        ("admin-1", "reset", "ghost", False),
+    ]
+    assert (await members.view("g", "ann")) is None
