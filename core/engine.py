@@ -15,7 +15,7 @@ member's message in recall, and answers with a clear apology instead of silence.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -34,6 +34,7 @@ from core.models import Agent, Event, Outbox
 from core.store import AgentStore, Scope
 
 log = logging.getLogger(__name__)
+Send = Callable[[str], Awaitable[None]]
 
 MODEL_DOWN_REPLY = (
     "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
@@ -106,6 +107,7 @@ class Engine:
         data: bytes,
         dedup_key: str | None = None,
         meta: dict[str, Any] | None = None,
+        send: Send | None = None,
     ) -> Exchange:
         """Store a file's text in archival memory, then tell the agent (a user action).
 
@@ -125,10 +127,12 @@ class Engine:
             if new:
                 store = AgentStore(session, scope)
                 await store_document(store, name, chunks, self.clock(), self.mind.embedder)
-        if not new:
-            return Exchange(event_id, [], None)
         results = {r.event_id: r for r in await self.drain(scope)}
-        return Exchange(event_id, await self.take_replies(event_id), results.get(event_id))
+        if send is None:
+            replies = await self.take_replies(event_id) if new else []
+        else:
+            replies = await self.deliver(event_id, send)
+        return Exchange(event_id, replies, results.get(event_id))
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
         results: list[TurnResult] = []
@@ -194,10 +198,40 @@ class Engine:
             )
             return [text for _, text in sorted(rows.all())]
 
-    async def converse(self, scope: Scope, event: InboundEvent) -> Exchange:
+    async def deliver(self, event_id: int, send: Send) -> list[str]:
+        """Send the event's undelivered replies in order, each marked delivered once sent.
+
+        Each reply is row-locked while it is sent, so two deliverers (a redelivered event,
+        a second process) never send the same reply twice; a send that fails leaves the
+        reply undelivered for the next attempt.
+        """
+        sent: list[str] = []
+        while True:
+            async with self.sessions() as session, session.begin():
+                reply = await session.scalar(
+                    select(Outbox)
+                    .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                    .order_by(Outbox.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                if reply is None:
+                    return sent
+                await send(reply.text)
+                reply.delivered_at = self.clock()
+                sent.append(reply.text)
+
+    async def converse(
+        self, scope: Scope, event: InboundEvent, send: Send | None = None
+    ) -> Exchange:
+        """Submit, handle and answer one event; replies go through `send` when given."""
         event_id = await self.submit(scope, event)
         results = {r.event_id: r for r in await self.drain(scope)}
-        return Exchange(event_id, await self.take_replies(event_id), results.get(event_id))
+        if send is None:
+            replies = await self.take_replies(event_id)
+        else:
+            replies = await self.deliver(event_id, send)
+        return Exchange(event_id, replies, results.get(event_id))
 
     async def resume(self) -> int:
         """Drain every agent that has pending events (after a crash or restart)."""
