@@ -123,6 +123,17 @@ class Members:
             member.settings = {**(member.settings or {}), **changes}
             return {**member.settings, "timezone": member.timezone}
 
+    async def tenant_settings(self, tenant: str, **changes: Any) -> dict[str, Any]:
+        """Read, and with `changes` update, a tenant's settings (e.g. welcome=True)."""
+        async with self.sessions() as session, session.begin():
+            row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
+            if row is None:
+                row = Tenant(key=tenant, settings={})
+                session.add(row)
+            if changes:
+                row.settings = {**(row.settings or {}), **changes}
+            return dict(row.settings or {})
+
     async def admin_export(self, tenant: str, actor: str, user: str) -> dict[str, Any] | None:
         doc = await self.export(tenant, user)
         await self._audit(tenant, actor, "export", user, {"found": doc is not None})

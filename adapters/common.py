@@ -1,0 +1,67 @@
+"""What every platform adapter shares: the services it calls and the words it answers with.
+
+Adapters translate; the decisions live in `core`. `Services` is handed to each adapter by the
+composition root (`bot/run.py`). Admin checks combine the platform's own role (checked by the
+adapter) with `COMPANION_ADMIN_IDS`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.engine import Engine
+from core.members import MemoryView, Members
+
+
+@dataclass(frozen=True)
+class Services:
+    engine: Engine
+    members: Members
+    admin_ids: frozenset[str] = field(default_factory=frozenset)
+    welcome_default: bool = True
+
+    async def welcome_enabled(self, tenant: str) -> bool:
+        settings = await self.members.tenant_settings(tenant)
+        return bool(settings.get("welcome", self.welcome_default))
+
+
+WELCOME_EVENT = (
+    "{name} just joined the community. Write them a short, warm welcome in your own voice, "
+    "say what you can do (remember what they tell you, talk any time by direct message), "
+    "and invite them to say hello."
+)
+NOT_ADMIN = "Only community admins can do that."
+FORGET_DONE = "Done: everything I remembered about you is erased."
+FORGET_ASK = "This erases everything I remember about you, for good. Are you sure?"
+NOTHING_YET = "I don't have any memory of you yet. Say hello first!"
+HELP = (
+    "memory: show what I remember about you | export: send you all of it as a file | "
+    "forget: erase it | openers on/off: whether I may start conversations | "
+    "quiet 22:00-09:00: hours I stay silent | timezone Europe/Berlin: your time zone"
+)
+
+
+def memory_text(view: MemoryView | None) -> str:
+    """A member's working context and counts, as plain markdown."""
+    if view is None:
+        return NOTHING_YET
+    lines = []
+    for label, value, limit in view.blocks:
+        lines.append(f"**{label}** ({len(value)}/{limit} characters)\n{value}")
+    openers = "off" if view.settings.get("openers") is False else "on"
+    quiet = view.settings.get("quiet_hours", "22:00-09:00")
+    lines.append(
+        f"_{view.messages} messages in recall storage, {view.passages} archival passages. "
+        f"Openers {openers}, quiet hours {quiet}, time zone {view.timezone}._"
+    )
+    return "\n\n".join(lines)
+
+
+def export_bytes(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, indent=2).encode("utf-8")
+
+
+def strip_mention(text: str, bot_mention: str) -> str:
+    return text.replace(bot_mention, "").strip()
