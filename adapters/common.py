@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.engine import Engine
-from core.members import MemoryView, Members
+from core.members import Members, MemoryView
 
 
 @dataclass(frozen=True)
