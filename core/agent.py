@@ -11,17 +11,17 @@ a flush with a new recursive summary when the next prompt would not fit.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cache
 from typing import Any
 
 from core.config import EngineConfig
 from core.errors import ContextTooSmall, ModelOutputError
-from core.events import trigger_fields
+from core.events import EventKind, clean_text, trigger_fields
 from core.executor import SCHEMAS, Outcome, execute
 from core.models import Agent, Event, Message
-from core.ports import ChatModel, Completion, Embedder
+from core.ports import ChatModel, Completion, Embedder, ToolCall
 from core.prompt import INSTRUCTIONS, assemble, render
 from core.queue import Pressure, evict_until, pressure
 from core.store import AgentStore
@@ -37,6 +37,7 @@ PRESSURE_ALERT = (
 )
 STEP_CAP_NOTE = "step limit reached: your turn was ended after {n} steps."
 STEP_CAP_REPLY = "(I went round in circles thinking about that. Could you say it another way?)"
+EMPTY_ANSWER_NOTE = "your last answer was empty. Reply to the person with send_message."
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,15 @@ def check_window(config: EngineConfig) -> None:
             f"instructions, function schemas and working context ({fixed} tokens) plus a "
             "summary, a message and a reply; raise COMPANION_CONTEXT_WINDOW"
         )
+
+
+def _cleaned(completion: Completion) -> Completion:
+    """Model output that Postgres can store (no NUL bytes, no lone surrogates)."""
+    calls = tuple(
+        ToolCall(c.id, clean_text(c.name), clean_text(c.arguments)) for c in completion.tool_calls
+    )
+    content = clean_text(completion.content) if completion.content else completion.content
+    return replace(completion, content=content, tool_calls=calls)
 
 
 def _tool_calls_json(completion: Completion) -> list[dict[str, Any]] | None:
@@ -149,9 +159,16 @@ class Turn:
 
     async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
         """Record the model's answer and run its calls; True when the chain goes on."""
-        thought = completion.content
-        if thought is not None and not isinstance(thought, str):
+        if completion.content is not None and not isinstance(completion.content, str):
             raise ModelOutputError("the model's message content is not text")
+        completion = _cleaned(completion)
+        thought = completion.content
+        if not completion.tool_calls and not (thought or "").strip():
+            self.result.steps.append(Step(thought, (), tokens))
+            if self.event.kind == EventKind.USER_MESSAGE and not tools.sent:
+                await self._append(role="system", content=EMPTY_ANSWER_NOTE)
+                return True  # a member who wrote gets an answer, not silence
+            return False  # e.g. a scheduled interrupt: staying quiet is a choice
         reply = await self._append(
             role="assistant", content=thought, tool_calls=_tool_calls_json(completion)
         )

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ToolError
+from core.events import clean_text
 from core.ports import ToolCall
 from core.tools import TOOLS, ToolContext
 
@@ -85,10 +86,12 @@ def _coerce(name: str, value: Any, hint: type) -> Any:
             return int(value)
     elif hint is str:
         if isinstance(value, str):
-            return value
+            return clean_text(value)  # JSON may carry \u0000, which Postgres cannot store
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
-    raise ToolError(f"argument {name!r} must be a {_JSON_TYPES[hint]}, got {json.dumps(value)}")
+    kind = _JSON_TYPES[hint]
+    article = "an" if kind[0] in "aeiou" else "a"
+    raise ToolError(f"argument {name!r} must be {article} {kind}, got {json.dumps(value)[:100]}")
 
 
 def parse_arguments(fn: Tool, raw: str) -> dict[str, Any]:

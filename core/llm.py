@@ -50,6 +50,10 @@ class OpenAIChat:
             response = await self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as error:
             raise ModelError(_describe(error)) from error
+        except ValueError as error:  # a body that is not JSON, or not a completion
+            raise ModelOutputError(
+                f"the model endpoint sent an unreadable answer: {error}"
+            ) from error
         choices = getattr(response, "choices", None)
         if not choices or getattr(choices[0], "message", None) is None:
             raise ModelOutputError("the model answered without a message")

@@ -1,0 +1,581 @@
+"""The function executor as the model experiences it.
+
+Every test scripts the fake model, then checks two things: what the model is shown in its
+next request (the function result in the `tool` message that answers its call) and what the
+member finally receives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from core.agent import STEP_CAP_REPLY
+from core.config import EngineConfig
+from core.events import EventKind, InboundEvent
+from core.models import Block
+from core.search import recall_search
+from tests.fake_openai import (
+    calls,
+    completion,
+    default_brain,
+    is_summary_request,
+    raw_call,
+    say,
+    summary_of,
+    tool_call,
+)
+
+Answer = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def script(*answers: Answer) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A brain that gives the n-th chat request the n-th answer (the last one from then on).
+
+    An answer is a response body or a function of the request body; a function is called
+    afresh each time, so repeated answers get new tool-call ids.
+    """
+    seen: list[dict[str, Any]] = []
+
+    def brain(body: dict[str, Any]) -> dict[str, Any]:
+        if is_summary_request(body):
+            return summary_of(body)
+        seen.append(body)
+        answer = answers[min(len(seen), len(answers)) - 1]
+        return answer(body) if callable(answer) else answer
+
+    return brain
+
+
+def shown_results(body: dict[str, Any]) -> list[str]:
+    """The function results the model is shown for its latest calls, checking the pairing."""
+    messages = body["messages"]
+    at = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    asked = [c["id"] for c in messages[at].get("tool_calls") or []]
+    results = [m for m in messages[at + 1 :] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == asked, "every call gets exactly one result"
+    return [m["content"] for m in results]
+
+
+def system_prompt(body: dict[str, Any]) -> str:
+    assert body["messages"][0]["role"] == "system"
+    return body["messages"][0]["content"]
+
+
+def block_section(body: dict[str, Any], label: str) -> str:
+    """The text of one working-context block as the model sees it in the system prompt."""
+    prompt = system_prompt(body)
+    start = prompt.index(f"<{label} ")
+    end = prompt.index(f"</{label}>", start) + len(f"</{label}>")
+    return prompt[start:end]
+
+
+async def talk(engine, scope, text: str):
+    return await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+
+
+async def stored_block(engine, scope, label: str) -> str:
+    async with engine.sessions() as session:
+        return await session.scalar(
+            select(Block.value).where(Block.agent_id == scope.agent_id, Block.label == label)
+        )
+
+
+DEFAULT_HUMAN = EngineConfig().default_human
+
+
+# --- every kind of mistake is shown to the model, which recovers ----------------------------
+
+MISTAKES = {
+    "unknown function": (
+        raw_call("send_mesage", '{"message": "hi"}'),
+        ["Error: unknown function 'send_mesage'", "send_message", "archival_memory_search"],
+    ),
+    "arguments not JSON": (
+        raw_call("send_message", '{"message": "hi"'),
+        ["Error: the arguments are not valid JSON"],
+    ),
+    "arguments a JSON list": (
+        raw_call("send_message", '["hi"]'),
+        ["Error: the arguments must be a JSON object"],
+    ),
+    "missing required argument": (
+        tool_call("core_memory_append", label="human"),
+        ["Error: missing required argument(s): content"],
+    ),
+    "unknown argument": (
+        tool_call("send_message", message="hi", tone="warm"),
+        ["Error: unknown argument(s) tone", "send_message takes message"],
+    ),
+    "wrong type": (
+        tool_call("conversation_search", query="tea", page="abc"),
+        ["Error: argument 'page' must be a", "integer", '"abc"'],
+    ),
+    "no such block": (
+        tool_call("core_memory_append", label="pets", content="a cat"),
+        ["Error: there is no block 'pets'", "human", "persona"],
+    ),
+    "replace text not present": (
+        tool_call("core_memory_replace", label="human", old_content="likes tea", new_content="x"),
+        ["Error: old_content was not found in block 'human'"],
+    ),
+    "bad date": (
+        tool_call("conversation_search_date", start_date="last week", end_date="2026-03-01"),
+        ["Error: start_date must be a date as YYYY-MM-DD", "'last week'"],
+    ),
+    "end before start": (
+        tool_call("conversation_search_date", start_date="2026-03-01", end_date="2026-02-01"),
+        ["Error: end_date 2026-02-01 is before start_date 2026-03-01"],
+    ),
+    "empty send_message": (
+        tool_call("send_message", message="   "),
+        ["Error: message is empty"],
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+async def test_a_mistake_is_fed_back_and_the_agent_recovers(engine, fake, mistake):
+    bad_call, expected = MISTAKES[mistake]
+    fake.brain = script(calls(bad_call), say("Sorry, here is my real answer."))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert len(fake.chat_requests) == 2
+    (result,) = shown_results(fake.chat_requests[1])
+    for text in expected:
+        assert text in result
+    # The member never sees the failed call's message, only the recovered answer.
+    assert exchange.replies == ["Sorry, here is my real answer."]
+    first, second = exchange.result.steps
+    assert [o.ok for o in first.outcomes] == [False]
+    assert first.outcomes[0].result == result
+    assert [(o.call.name, o.ok) for o in second.outcomes] == [("send_message", True)]
+    assert await stored_block(engine, scope, "human") == DEFAULT_HUMAN
+
+
+async def test_append_over_the_limit_is_refused_and_the_block_kept(make_engine_for, fake):
+    engine = make_engine_for(config=EngineConfig(human_limit=60))
+    scope = await engine.agent("t", "alice")
+    fits = "x" * (60 - len(DEFAULT_HUMAN) - 1)  # the newline joining lines counts too
+    fake.brain = script(
+        calls(tool_call("core_memory_append", label="human", content=fits)),
+        calls(tool_call("core_memory_append", label="human", content="y")),
+        say("Saved what fits."),
+    )
+
+    exchange = await talk(engine, scope, "remember a lot")
+
+    exact, over = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    assert exact == "Block 'human' now has 60 of 60 characters."
+    assert over.startswith("Error: block 'human' would have 62 characters, over its limit of 60")
+    assert "core_memory_replace" in over
+    assert f'<human characters="60/60">\n{DEFAULT_HUMAN}\n{fits}\n</human>' == block_section(
+        fake.chat_requests[2], "human"
+    )
+    assert block_section(fake.chat_requests[2], "human") == block_section(
+        fake.chat_requests[1], "human"
+    )
+    assert exchange.replies == ["Saved what fits."]
+    assert await stored_block(engine, scope, "human") == f"{DEFAULT_HUMAN}\n{fits}"
+
+
+async def test_search_page_out_of_range_names_the_real_page_count(engine, fake):
+    scope = await engine.agent("t", "alice")
+    for n in range(3):  # 3 member messages + 3 replies mention jazz: 2 pages of 5
+        await talk(engine, scope, f"I listened to jazz, album {n}")
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("conversation_search", query="jazz", page=4)),
+        calls(tool_call("conversation_search", query="jazz", page=2)),
+        say("Found it."),
+    )
+
+    exchange = await talk(engine, scope, "what about that music?")
+
+    out_of_range, last_page = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    assert out_of_range.startswith("Error:")
+    assert "page 4 is out of range" in out_of_range
+    assert "there are 2 pages" in out_of_range
+    assert last_page.startswith("Showing messages: page 2 of 2 (6 results).")
+    assert exchange.replies == ["Found it."]
+
+
+# --- what the model is offered ---------------------------------------------------------------
+
+REFERENCE = {
+    "send_message": {"message": "string"},
+    "core_memory_append": {"label": "string", "content": "string"},
+    "core_memory_replace": {"label": "string", "old_content": "string", "new_content": "string"},
+    "conversation_search": {"query": "string", "page": "integer"},
+    "conversation_search_date": {"start_date": "string", "end_date": "string", "page": "integer"},
+    "archival_memory_insert": {"content": "string"},
+    "archival_memory_search": {"query": "string", "page": "integer"},
+}
+
+
+async def test_the_seven_function_schemas(engine, fake):
+    scope = await engine.agent("t", "alice")
+    await talk(engine, scope, "hello")
+
+    body = fake.chat_requests[0]
+    assert body["tool_choice"] == "auto"
+    tools = body["tools"]
+    assert [t["function"]["name"] for t in tools] == list(REFERENCE)
+    for tool in tools:
+        assert tool["type"] == "function"
+        fn = tool["function"]
+        name, params = fn["name"], fn["parameters"]
+        expected = dict(REFERENCE[name])
+        if name != "send_message":
+            expected["request_heartbeat"] = "boolean"
+        assert params["type"] == "object"
+        assert {k: v["type"] for k, v in params["properties"].items()} == expected, name
+        optional = {"page", "request_heartbeat"}
+        assert params["required"] == [k for k in REFERENCE[name] if k not in optional], name
+        assert fn["description"].strip(), name
+        for arg, spec in params["properties"].items():
+            assert spec["description"].strip(), f"{name}.{arg} has no description"
+
+
+# --- heartbeats: when the model runs again ---------------------------------------------------
+
+
+async def test_request_heartbeat_runs_the_model_again(engine, fake):
+    fake.brain = script(
+        calls(
+            tool_call(
+                "core_memory_append", label="human", content="Has a cat.", request_heartbeat=True
+            )
+        ),
+        say("Noted your cat."),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "I have a cat")
+
+    assert len(fake.chat_requests) == 2
+    assert shown_results(fake.chat_requests[1]) == ["Block 'human' now has 47 of 2000 characters."]
+    assert exchange.result.steps[0].outcomes[0].heartbeat is True
+    assert exchange.replies == ["Noted your cat."]
+
+
+async def test_memory_and_search_functions_continue_without_the_flag(engine, fake):
+    fake.brain = script(
+        calls(tool_call("conversation_search", query="cat")),
+        calls(tool_call("archival_memory_search", query="cat")),
+        calls(
+            tool_call("conversation_search_date", start_date="2026-03-01", end_date="2026-03-01")
+        ),
+        calls(tool_call("archival_memory_insert", content="Alice has a cat.")),
+        calls(tool_call("core_memory_append", label="human", content="Has a cat.")),
+        calls(
+            tool_call(
+                "core_memory_replace", label="human", old_content="cat", new_content="tabby cat"
+            )
+        ),
+        say("Got it."),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "I have a cat")
+
+    assert len(fake.chat_requests) == 7
+    steps = exchange.result.steps
+    assert [o.heartbeat for s in steps for o in s.outcomes] == [False] * 7
+    assert all(o.ok for s in steps for o in s.outcomes)
+    shown = [shown_results(r)[0] for r in fake.chat_requests[1:]]
+    assert shown[0] == "No messages found."
+    assert shown[1] == "No passages found."
+    assert shown[3] == "Stored in archival memory."
+    assert exchange.replies == ["Got it."]
+    assert await stored_block(engine, scope, "human") == f"{DEFAULT_HUMAN}\nHas a tabby cat."
+
+
+async def test_send_message_ends_the_turn(engine, fake):
+    fake.brain = script(say("Hi!"), say("never sent"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert len(fake.chat_requests) == 1
+    assert exchange.replies == ["Hi!"]
+
+
+async def test_send_message_with_a_memory_write_ends_the_turn(engine, fake):
+    fake.brain = script(
+        calls(
+            tool_call("core_memory_append", label="human", content="Likes tea."),
+            tool_call("send_message", message="Tea, lovely."),
+        ),
+        say("never sent"),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "I like tea")
+
+    assert len(fake.chat_requests) == 1
+    assert exchange.replies == ["Tea, lovely."]
+    assert await stored_block(engine, scope, "human") == f"{DEFAULT_HUMAN}\nLikes tea."
+
+
+async def test_heartbeat_beside_send_message_runs_the_model_again(engine, fake):
+    fake.brain = script(
+        calls(
+            tool_call("send_message", message="One moment."),
+            tool_call("conversation_search", query="tea", request_heartbeat=True),
+        ),
+        say("Nothing about tea yet."),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "did I mention tea?")
+
+    assert len(fake.chat_requests) == 2
+    assert shown_results(fake.chat_requests[1]) == ["Sent.", "No messages found."]
+    assert exchange.replies == ["One moment.", "Nothing about tea yet."]
+
+
+async def test_a_failed_call_beside_send_message_forces_another_step(engine, fake):
+    fake.brain = script(
+        calls(
+            tool_call("core_memory_replace", label="human", old_content="tea", new_content="x"),
+            tool_call("send_message", message="Updated!"),
+        ),
+        say("Actually, I could not update that."),
+        say("never sent"),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "I no longer like tea")
+
+    assert len(fake.chat_requests) == 2
+    failed, sent = shown_results(fake.chat_requests[1])
+    assert failed.startswith("Error: old_content was not found")
+    assert sent == "Sent."
+    assert exchange.replies == ["Updated!", "Actually, I could not update that."]
+
+
+# --- the step cap ----------------------------------------------------------------------------
+
+
+def search_forever(body: dict[str, Any]) -> dict[str, Any]:
+    return calls(tool_call("conversation_search", query="anything"))
+
+
+@pytest.mark.parametrize("max_steps", [None, 3])
+async def test_a_model_that_never_stops_is_capped(make_engine_for, fake, max_steps):
+    config = EngineConfig() if max_steps is None else EngineConfig(max_steps=max_steps)
+    engine = make_engine_for(config=config)
+    expected_calls = 10 if max_steps is None else max_steps
+    fake.brain = script(search_forever)
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert len(fake.chat_requests) == expected_calls
+    assert len(exchange.result.steps) == expected_calls
+    assert exchange.replies == [STEP_CAP_REPLY]
+    assert exchange.replies[0].strip()
+
+    # The model is told, on its next turn, that the previous one was cut short.
+    fake.brain = script(say("Sorry about that."))
+    fake.requests.clear()
+    assert (await talk(engine, scope, "hello?")).replies == ["Sorry about that."]
+    alerts = [m["content"] for m in fake.chat_requests[0]["messages"] if m["role"] == "user"]
+    assert (
+        f"[system alert] step limit reached: your turn was ended after {expected_calls} "
+        "steps." in alerts
+    )
+
+
+async def test_the_cap_keeps_a_message_already_sent(make_engine_for, fake):
+    engine = make_engine_for(config=EngineConfig(max_steps=3))
+    fake.brain = script(
+        calls(
+            tool_call("send_message", message="Let me look."),
+            tool_call("conversation_search", query="anything", request_heartbeat=True),
+        ),
+        search_forever,
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert len(fake.chat_requests) == 3
+    assert exchange.replies == ["Let me look."]
+
+
+# --- working-context blocks ------------------------------------------------------------------
+
+
+async def test_an_append_within_the_limit_persists(make_engine_for, fake):
+    engine = make_engine_for()
+    fake.brain = script(
+        calls(tool_call("core_memory_append", label="human", content="Has a cat named Miso.")),
+        say("Miso is a lovely name."),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "my cat is Miso")
+
+    value = f"{DEFAULT_HUMAN}\nHas a cat named Miso."
+    assert shown_results(fake.chat_requests[1]) == [
+        f"Block 'human' now has {len(value)} of 2000 characters."
+    ]
+    assert block_section(fake.chat_requests[1], "human") == (
+        f'<human characters="{len(value)}/2000">\n{value}\n</human>'
+    )
+    assert "Has a cat named Miso." not in system_prompt(fake.chat_requests[0])
+    assert exchange.replies == ["Miso is a lovely name."]
+
+    # A new engine (a restart) on the same database shows the block to the model.
+    fresh = make_engine_for()
+    fake.brain = script(say("Hello again."))
+    fake.requests.clear()
+    scope_again = await fresh.agent("t", "alice")
+    assert scope_again == scope
+    assert (await talk(fresh, scope_again, "hi")).replies == ["Hello again."]
+    assert f"{value}\n</human>" in system_prompt(fake.chat_requests[0])
+    assert await stored_block(fresh, scope, "human") == value
+
+
+async def test_replace_with_empty_new_content_deletes_text(engine, fake):
+    fake.brain = script(
+        calls(tool_call("core_memory_append", label="human", content="Likes tea. Hates coffee.")),
+        calls(
+            tool_call(
+                "core_memory_replace", label="human", old_content=" Hates coffee.", new_content=""
+            )
+        ),
+        say("Coffee is forgotten."),
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "I don't hate coffee any more")
+
+    value = f"{DEFAULT_HUMAN}\nLikes tea."
+    assert "Hates coffee." in block_section(fake.chat_requests[1], "human")
+    assert shown_results(fake.chat_requests[2]) == [
+        f"Block 'human' now has {len(value)} of 2000 characters."
+    ]
+    assert block_section(fake.chat_requests[2], "human") == (
+        f'<human characters="{len(value)}/2000">\n{value}\n</human>'
+    )
+    assert exchange.replies == ["Coffee is forgotten."]
+    assert await stored_block(engine, scope, "human") == value
+
+
+# --- plain answers ---------------------------------------------------------------------------
+
+
+async def test_a_plain_answer_is_the_reply(engine, fake):
+    fake.brain = script(completion("Just plain words, no functions."), say("never sent"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert len(fake.chat_requests) == 1
+    assert exchange.replies == ["Just plain words, no functions."]
+    async with engine.sessions() as session:  # and it is in recall like any reply
+        found = await recall_search(session, scope, "plain words")
+    assert [(h.kind, h.text) for h in found.hits] == [
+        ("assistant", "Just plain words, no functions.")
+    ]
+
+
+# --- search pagination -----------------------------------------------------------------------
+
+
+async def test_conversation_search_pages(engine, fake, clock):
+    fake.brain = default_brain  # echoes: "You said: ..."
+    scope = await engine.agent("t", "alice")
+    for n in range(6):  # 6 messages from the member, 6 replies: 12 mention tulips
+        await talk(engine, scope, f"I planted tulips in bed {n}")
+        clock.advance(hours=5)
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("conversation_search", query="tulips")),
+        calls(tool_call("conversation_search", query="tulips", page=3)),
+        say("You planted tulips six times."),
+    )
+
+    exchange = await talk(engine, scope, "what did I say about tulips?")
+
+    first, third = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    lines = first.splitlines()
+    assert lines[0] == "Showing messages: page 1 of 3 (12 results)."
+    assert len([line for line in lines if line.startswith("- [")]) == 5
+    assert lines[-1] == "More: call again with page=2."
+    lines = third.splitlines()
+    assert lines[0] == "Showing messages: page 3 of 3 (12 results)."
+    assert len([line for line in lines if line.startswith("- [")]) == 2
+    assert "More:" not in third
+    assert all("tulips" in line for line in lines[1:])
+    assert "what did I say" not in first + third  # the question itself is not a result
+    assert exchange.replies == ["You planted tulips six times."]
+
+
+async def test_archival_insert_then_keyword_search(engine, fake, clock):
+    scope = await engine.agent("t", "alice")
+    fake.brain = script(
+        calls(
+            tool_call(
+                "archival_memory_insert",
+                content="Alice's sister Maya lives in Lisbon and works as a nurse.",
+            )
+        ),
+        say("I'll keep that."),
+    )
+    assert (await talk(engine, scope, "my sister Maya lives in Lisbon")).replies == [
+        "I'll keep that."
+    ]
+    assert shown_results(fake.chat_requests[1]) == ["Stored in archival memory."]
+
+    clock.advance(days=1)
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("archival_memory_search", query="Where does Maya live?")),
+        calls(tool_call("archival_memory_search", query="volcano")),
+        say("Maya lives in Lisbon."),
+    )
+    exchange = await talk(engine, scope, "where does my sister live?")
+
+    found, nothing = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    assert found.splitlines()[0] == "Showing passages: page 1 of 1 (1 results)."
+    assert "Maya lives in Lisbon and works as a nurse." in found
+    assert nothing == "No passages found."
+    assert exchange.replies == ["Maya lives in Lisbon."]
+
+
+async def test_archival_insert_then_vector_search(make_engine_for, fake):
+    engine = make_engine_for(embeddings=True)
+    scope = await engine.agent("t", "alice")
+    facts = ["maya lives in lisbon", "the dog is called rex"]
+    fake.brain = script(
+        calls(*(tool_call("archival_memory_insert", content=fact) for fact in facts)),
+        say("Stored both."),
+    )
+    await talk(engine, scope, "two facts")
+    assert shown_results(fake.chat_requests[1]) == ["Stored in archival memory."] * 2
+    assert [r["input"] for r in fake.embedding_requests] == [[fact] for fact in facts]
+
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("archival_memory_search", query="maya lisbon")),
+        say("Lisbon."),
+    )
+    exchange = await talk(engine, scope, "where is maya?")
+
+    assert fake.embedding_requests[-1]["input"] == ["maya lisbon"]
+    result = shown_results(fake.chat_requests[1])[0]
+    lines = result.splitlines()
+    # Nearest first, and every embedded passage ranks (a keyword search would find one).
+    assert lines[0] == "Showing passages: page 1 of 1 (2 results)."
+    assert "maya lives in lisbon" in lines[1]
+    assert "the dog is called rex" in lines[2]
+    assert exchange.replies == ["Lisbon."]

@@ -1,0 +1,337 @@
+"""Faults of the model endpoint, through the real `openai` client and its retries.
+
+The member must always get an answer: the normal reply when a retry succeeds, otherwise a
+clear apology, with their message kept in recall so nothing they said is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiohttp import web
+from sqlalchemy import select
+
+from core.engine import INTERNAL_ERROR_REPLY
+from core.events import EventKind, InboundEvent
+from core.models import Event
+from core.search import recall_search
+from tests.fake_openai import (
+    calls,
+    count_prompt,
+    is_summary_request,
+    raw_call,
+    say,
+    summary_of,
+    tool_call,
+)
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's own backoff (0.5 s, doubling) made tiny: these tests count retries."""
+    monkeypatch.setattr("openai._base_client.INITIAL_RETRY_DELAY", 0.001)
+
+
+def script(*answers: Any) -> Callable[[dict[str, Any]], Any]:
+    """A brain that gives the n-th chat request the n-th answer (the last one from then on)."""
+    seen: list[dict[str, Any]] = []
+
+    def brain(body: dict[str, Any]) -> Any:
+        if is_summary_request(body):
+            return summary_of(body)
+        seen.append(body)
+        answer = answers[min(len(seen), len(answers)) - 1]
+        return answer(body) if callable(answer) else answer
+
+    return brain
+
+
+def echo(body: dict[str, Any]) -> dict[str, Any]:
+    return say("You said: " + body["messages"][-1]["content"])
+
+
+async def talk(engine, scope, text: str):
+    return await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+
+
+async def status_of(engine, event_id: int) -> tuple[str, str | None]:
+    async with engine.sessions() as session:
+        row = (
+            await session.execute(select(Event.status, Event.error).where(Event.id == event_id))
+        ).one()
+    return row.status, row.error
+
+
+async def recalled(engine, scope, query: str) -> list[tuple[str, str]]:
+    async with engine.sessions() as session:
+        page = await recall_search(session, scope, query)
+    return [(hit.kind, hit.text) for hit in page.hits]
+
+
+def is_apology(reply: str) -> bool:
+    return reply.startswith("Sorry") and "saved" in reply
+
+
+async def assert_recovers(engine, fake, scope) -> None:
+    """The next message is handled normally."""
+    fake.brain = echo
+    fake.requests.clear()
+    exchange = await talk(engine, scope, "are you back?")
+    assert exchange.replies == ["You said: are you back?"]
+    assert await status_of(engine, exchange.event_id) == ("done", None)
+
+
+# --- retried failures ------------------------------------------------------------------------
+
+
+async def test_a_500_then_success_gets_the_normal_reply(make_engine_for, fake):
+    engine = make_engine_for(retries=2)
+    fake.brain = echo
+    fake.fail_next(500)
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert exchange.replies == ["You said: hello"]
+    assert len(fake.requests) == 2  # the failed attempt, then the retry
+    assert fake.requests[0] == fake.requests[1]
+    assert await status_of(engine, exchange.event_id) == ("done", None)
+
+
+async def test_a_429_with_retry_after_is_retried(make_engine_for, fake):
+    engine = make_engine_for(retries=1)
+    fake.brain = echo
+    fake.fail_next(429, headers={"Retry-After": "0"})
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert exchange.replies == ["You said: hello"]
+    assert len(fake.requests) == 2
+    assert await status_of(engine, exchange.event_id) == ("done", None)
+
+
+# --- failures that outlast the retries -------------------------------------------------------
+
+
+async def test_persistent_500s_give_an_apology_and_keep_the_message(make_engine_for, fake):
+    engine = make_engine_for(retries=2)
+    fake.brain = echo
+    fake.fail_next(500, times=3)
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "my zucchini finally sprouted")
+
+    assert len(fake.requests) == 3  # one try and two retries, then it gives up
+    (reply,) = exchange.replies
+    assert is_apology(reply)
+    assert "can't think" in reply
+    assert "HTTP 500" in reply
+    status, error = await status_of(engine, exchange.event_id)
+    assert status == "failed"
+    assert "500" in (error or "")
+    assert await recalled(engine, scope, "zucchini") == [("user", "my zucchini finally sprouted")]
+
+    await assert_recovers(engine, fake, scope)
+    # The model now sees the message that went unanswered, exactly once.
+    contents = [m.get("content") for m in fake.chat_requests[0]["messages"]]
+    assert contents.count("my zucchini finally sprouted") == 1
+
+
+async def test_a_failure_mid_turn_rolls_back_the_turn_but_keeps_the_message(make_engine_for, fake):
+    engine = make_engine_for(retries=0)
+    scope = await engine.agent("t", "alice")
+
+    def brain(body: dict[str, Any]) -> Any:
+        fake.fail_next(500)  # the call after this one fails
+        return calls(tool_call("core_memory_append", label="human", content="Grows zucchini."))
+
+    fake.brain = brain
+    exchange = await talk(engine, scope, "I grow zucchini")
+
+    assert len(fake.requests) == 2
+    (reply,) = exchange.replies
+    assert is_apology(reply) and "HTTP 500" in reply
+    assert await recalled(engine, scope, "zucchini") == [("user", "I grow zucchini")]
+
+    await assert_recovers(engine, fake, scope)
+    body = fake.chat_requests[0]
+    contents = [m.get("content") for m in body["messages"]]
+    assert contents.count("I grow zucchini") == 1
+    assert not any(m.get("tool_calls") for m in body["messages"])  # no half-finished step
+    assert "Grows zucchini." not in body["messages"][0]["content"]
+
+
+MALFORMED = {
+    "no choices": lambda: web.json_response({"choices": []}),
+    "empty object": lambda: web.json_response({}),
+    "message null": lambda: web.json_response(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [{"index": 0, "message": None, "finish_reason": "stop"}],
+        }
+    ),
+    "html page": lambda: web.Response(
+        text="<html><body>502 Bad Gateway</body></html>", content_type="text/html"
+    ),
+    "truncated JSON": lambda: web.Response(
+        text='{"choices": [{"message": {"role": "assist', content_type="application/json"
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+async def test_a_malformed_answer_gives_an_apology(make_engine_for, fake, kind):
+    engine = make_engine_for(retries=0)
+    fake.brain = script(lambda body: MALFORMED[kind]())
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello there")
+
+    (reply,) = exchange.replies
+    assert is_apology(reply)
+    assert (await status_of(engine, exchange.event_id))[0] == "failed"
+    assert await recalled(engine, scope, "hello") == [("user", "hello there")]
+    await assert_recovers(engine, fake, scope)
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+async def test_a_malformed_answer_is_blamed_on_the_model(make_engine_for, fake, kind):
+    """Not "something went wrong on my side": the endpoint sent garbage, and the apology says
+    so (a ModelError, as core.llm promises for whatever the endpoint does wrong)."""
+    engine = make_engine_for(retries=0)
+    fake.brain = script(lambda body: MALFORMED[kind]())
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello there")
+
+    (reply,) = exchange.replies
+    assert reply != INTERNAL_ERROR_REPLY
+    assert reply.startswith("Sorry, I can't think right now: the model")
+
+
+async def test_an_empty_answer_is_not_silence(make_engine_for, fake):
+    engine = make_engine_for(retries=0)
+    fake.brain = script(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None},
+                    "finish_reason": "stop",
+                }
+            ],
+        }
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello there")
+
+    assert len(exchange.replies) == 1 and exchange.replies[0].strip()
+    await assert_recovers(engine, fake, scope)
+
+
+async def test_a_timeout_gives_an_apology(make_engine_for, fake):
+    engine = make_engine_for(retries=0, timeout=0.5)
+    fake.brain = echo
+    fake.delay = 0.8
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "slow day?")
+
+    (reply,) = exchange.replies
+    assert is_apology(reply)
+    assert "timed out" in reply
+    assert (await status_of(engine, exchange.event_id))[0] == "failed"
+    assert await recalled(engine, scope, "slow") == [("user", "slow day?")]
+    fake.delay = 0
+    await assert_recovers(engine, fake, scope)
+
+
+# --- huge and hostile tool calls -------------------------------------------------------------
+
+
+def garbage(size: int, seed: int = 7) -> str:
+    """Printable noise with braces, quotes, control characters and non-ASCII, not JSON."""
+    rng = random.Random(seed)
+    alphabet = 'abcXYZ019 {}[]":,\\\n\t\x01\x7féü中😀'
+    return "}" + "".join(rng.choice(alphabet) for _ in range(size))
+
+
+HUGE_CALLS = {
+    "garbage arguments": (
+        lambda: raw_call("archival_memory_insert", garbage(100_000)),
+        "Error: the arguments are not valid JSON",
+    ),
+    "a huge unknown argument": (
+        lambda: raw_call("send_message", json.dumps({"message": "hi", "k" * 100_000: 1})),
+        "Error: unknown argument(s) kkkk",
+    ),
+    "a huge function name": (
+        lambda: raw_call("x" * 100_000, "{}"),
+        "Error: unknown function 'xxxx",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(HUGE_CALLS))
+async def test_a_huge_tool_call_gets_an_error_and_the_prompt_stays_bounded(engine, fake, kind):
+    make_call, error = HUGE_CALLS[kind]
+    fake.brain = script(lambda body: calls(make_call()), say("Sorry, I garbled that."))
+    scope = await engine.agent("t", "alice")
+    window = engine.mind.config.context_window
+
+    exchange = await talk(engine, scope, "hello")
+
+    assert exchange.replies == ["Sorry, I garbled that."]
+    body = fake.chat_requests[1]
+    result = body["messages"][-1]
+    assert result["role"] == "tool"
+    assert result["content"].startswith(error)
+    assert len(result["content"]) <= engine.mind.config.max_tool_output_chars + 100
+    # The next prompt, and the one after, stay far inside the window.
+    assert len(json.dumps(body)) < 40_000
+    assert count_prompt(body) < window // 2
+
+    fake.brain = script(say("Fine now."))
+    fake.requests.clear()
+    assert (await talk(engine, scope, "and now?")).replies == ["Fine now."]
+    assert count_prompt(fake.chat_requests[0]) < window // 2
+
+
+NUL_ANSWERS = {
+    "in its private thought": (
+        calls(tool_call("conversation_search", query="tea"), thought="let me\x00 think"),
+        say("Nothing about tea yet."),
+    ),
+    "in broken arguments": (
+        calls(raw_call("archival_memory_insert", '{"content": "tea\x00')),
+        say("Nothing about tea yet."),
+    ),
+    "in the message it sends": (say("Nothing about\x00 tea yet."),),
+}
+
+
+@pytest.mark.parametrize("where", list(NUL_ANSWERS))
+async def test_a_nul_byte_from_the_model_does_not_lose_the_answer(engine, fake, where):
+    """Postgres text cannot hold NUL; the engine must not let the model's NUL sink the turn."""
+    fake.brain = script(*NUL_ANSWERS[where])
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "did I mention tea?")
+
+    (reply,) = exchange.replies
+    assert not is_apology(reply)
+    assert reply.startswith("Nothing about") and reply.endswith("tea yet.")
+    assert await status_of(engine, exchange.event_id) == ("done", None)
