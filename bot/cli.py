@@ -24,7 +24,7 @@ from typing import Any
 from bot.app import App, open_app
 from bot.chat import run_chat
 from bot.settings import Settings
-from core.directory import delete_agent, ensure_agent, find_agent
+from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import AgentNotFound, CompanionError, ConfigError
 from core.portability import BadExport, export_agent, import_agent
 from core.reembed import reembed, set_dimension
@@ -133,7 +133,7 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
             print("not reset", file=sys.stderr)
             return 1
     async with app.sessions() as session, session.begin():
-        await delete_agent(session, scope)
+        await reset_agent(session, args.tenant, args.user, app.engine.mind.config)
     print(f"erased all memory of {args.user}@{args.tenant}", file=sys.stderr)
     return 0
 

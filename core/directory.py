@@ -85,6 +85,20 @@ async def user_timezone(session: AsyncSession, scope: Scope) -> str:
     return tz or "UTC"
 
 
+async def reset_agent(
+    session: AsyncSession, tenant: str, user: str, config: EngineConfig
+) -> Scope | None:
+    """Erase a member's memory and give them a fresh agent; None if there was none.
+
+    The member's own settings (time zone, openers, quiet hours) are not memory and stay.
+    """
+    scope = await find_agent(session, tenant, user)
+    if scope is None:
+        return None
+    await delete_agent(session, scope)
+    return await ensure_agent(session, tenant, user, config)
+
+
 async def delete_agent(session: AsyncSession, scope: Scope) -> None:
     """Erase the agent and everything it owns (the database cascades to every table)."""
     await session.execute(

@@ -19,7 +19,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
-from core.directory import delete_agent, ensure_agent, find_agent
+from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import CompanionError
 from core.models import AuditEntry, Block, Message, Passage, Tenant, User
 from core.portability import export_agent
@@ -141,9 +141,7 @@ class Members:
 
     async def admin_reset(self, tenant: str, actor: str, user: str) -> bool:
         async with self.sessions() as session, session.begin():
-            scope = await find_agent(session, tenant, user)
-            if scope is not None:
-                await delete_agent(session, scope)
+            scope = await reset_agent(session, tenant, user, self.config)
             await self._audit_in(session, tenant, actor, "reset", user, {"found": bool(scope)})
             return scope is not None
 

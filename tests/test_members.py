@@ -81,4 +81,5 @@ async def test_admin_actions_are_audited(engine, members):
         ("admin-1", "reset", "ann", True),
         ("admin-1", "reset", "ghost", False),
     ]
-    assert (await members.view("g", "ann")) is None
+    fresh = await members.view("g", "ann")
+    assert fresh.messages == 0 and "tea" not in str(fresh.blocks)

@@ -1,0 +1,34 @@
+"""Slack: a Bolt app whose listeners turn Slack payloads into engine events and replies.
+
+events.py    DMs, mentions, thread replies, file shares, team joins
+commands.py  the /companion slash command, its confirmation buttons, the App Home tab
+"""
+
+from __future__ import annotations
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.common import Services
+from adapters.slack.commands import register_commands
+from adapters.slack.events import register_events
+
+
+def build_slack_app(
+    services: Services,
+    token: str,
+    signing_secret: str | None = None,
+    api_url: str | None = None,
+    process_before_response: bool = False,
+) -> AsyncApp:
+    """The Bolt app. `api_url` (SLACK_API_URL) points the Web API client elsewhere."""
+    client = AsyncWebClient(token=token, base_url=api_url or AsyncWebClient.BASE_URL)
+    app = AsyncApp(
+        client=client,
+        signing_secret=signing_secret,
+        request_verification_enabled=signing_secret is not None,
+        process_before_response=process_before_response,
+    )
+    register_events(app, services, token)
+    register_commands(app, services)
+    return app

@@ -1,0 +1,216 @@
+"""The /companion slash command, its confirmation buttons, and the App Home tab.
+
+    /companion memory | export | forget | openers on|off | quiet 22:00-09:00
+               | timezone Europe/Berlin | help
+    /companion admin export @member | admin reset @member | admin welcome on|off
+
+Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
+button only the person who asked can press. Admin means workspace admin or owner (asked
+from Slack, never taken from the payload) or a user id in COMPANION_ADMIN_IDS.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.common import (
+    FORGET_ASK,
+    FORGET_DONE,
+    HELP,
+    NOT_ADMIN,
+    Services,
+    export_bytes,
+    memory_text,
+)
+from adapters.text import to_slack_mrkdwn
+from core.members import BadSetting
+
+FORGET = "companion_forget_confirm"
+RESET = "companion_admin_reset_confirm"
+MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+
+
+async def is_admin(services: Services, client: AsyncWebClient, user: str) -> bool:
+    if user in services.admin_ids:
+        return True
+    try:
+        info = await client.users_info(user=user)
+    except SlackApiError:
+        return False  # when in doubt, not an admin
+    profile = info.get("user") or {}
+    return bool(profile.get("is_admin") or profile.get("is_owner"))
+
+
+def confirm_blocks(question: str, action: str, value: str, label: str) -> list[dict[str, Any]]:
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": question}},
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": label},
+                    "style": "danger",
+                    "action_id": action,
+                    "value": value,
+                }
+            ],
+        },
+    ]
+
+
+async def send_file(client: AsyncWebClient, user: str, name: str, data: bytes, note: str) -> None:
+    dm = await client.conversations_open(users=user)
+    await client.files_upload_v2(
+        channel=dm["channel"]["id"], filename=name, content=data, initial_comment=note
+    )
+
+
+async def _admin(
+    services: Services,
+    client: AsyncWebClient,
+    tenant: str,
+    actor: str,
+    words: list[str],
+    respond: Any,
+) -> None:
+    if not await is_admin(services, client, actor):
+        await respond(NOT_ADMIN)
+        return
+    action = words[0] if words else ""
+    if action == "welcome" and len(words) > 1 and words[1] in ("on", "off"):
+        await services.members.tenant_settings(tenant, welcome=words[1] == "on")
+        await respond(f"Welcome messages are {words[1]}.")
+        return
+    target = MENTION.search(" ".join(words[1:]))
+    if action not in ("export", "reset") or target is None:
+        await respond("Usage: /companion admin export @member | reset @member | welcome on|off")
+        return
+    member = target.group(1)
+    if action == "export":
+        doc = await services.members.admin_export(tenant, actor, member)
+        if doc is None:
+            await respond(f"I have no memory of <@{member}>.")
+            return
+        await send_file(
+            client,
+            actor,
+            f"companion-memory-{member}.json",
+            export_bytes(doc),
+            f"Memory export of <@{member}> (this action is in the audit log).",
+        )
+        await respond(f"Sent you the export of <@{member}> as a direct message.")
+        return
+    await respond(
+        text=f"Erase all memory of <@{member}>?",
+        blocks=confirm_blocks(
+            f"Erase *all* memory of <@{member}>, for good?", RESET, member, "Yes, erase it"
+        ),
+    )
+
+
+async def run_command(
+    services: Services, client: AsyncWebClient, command: dict[str, Any], respond: Any
+) -> None:
+    tenant, user = f"slack:{command['team_id']}", command["user_id"]
+    words = (command.get("text") or "").split()
+    sub = words[0].lower() if words else "help"
+    members = services.members
+    try:
+        if sub == "memory":
+            await respond(to_slack_mrkdwn(memory_text(await members.view(tenant, user))))
+        elif sub == "export":
+            doc = await members.export(tenant, user)
+            if doc is None:
+                await respond(memory_text(None))
+                return
+            await send_file(
+                client,
+                user,
+                "companion-memory.json",
+                export_bytes(doc),
+                "Everything I remember about you.",
+            )
+            await respond("Sent you your memory as a file in a direct message.")
+        elif sub == "forget":
+            await respond(
+                text=FORGET_ASK, blocks=confirm_blocks(FORGET_ASK, FORGET, user, "Yes, forget me")
+            )
+        elif sub == "openers" and words[1:2] in (["on"], ["off"]):
+            await members.settings(tenant, user, openers=words[1] == "on")
+            await respond(
+                f"Openers are {words[1]}: I {'may' if words[1] == 'on' else 'won’t'} "
+                "start conversations with you."
+            )
+        elif sub == "quiet" and len(words) > 1:
+            saved = await members.settings(tenant, user, quiet_hours=" ".join(words[1:]))
+            await respond(f"Quiet hours set to {saved['quiet_hours']} ({saved['timezone']}).")
+        elif sub == "timezone" and len(words) > 1:
+            saved = await members.settings(tenant, user, timezone=words[1])
+            await respond(f"Time zone set to {saved['timezone']}.")
+        elif sub == "admin":
+            await _admin(services, client, tenant, user, words[1:], respond)
+        else:
+            await respond(HELP.replace(" | ", "\n"))
+    except BadSetting as error:
+        await respond(str(error))
+
+
+def register_commands(app: AsyncApp, services: Services) -> None:
+    @app.command("/companion")
+    async def on_command(
+        ack: Any, command: dict[str, Any], client: AsyncWebClient, respond: Any
+    ) -> None:
+        await ack()
+
+        async def private(text: str = "", **fields: Any) -> None:
+            await respond(text=text, response_type="ephemeral", **fields)
+
+        await run_command(services, client, command, private)
+
+    @app.action(FORGET)
+    async def on_forget(ack: Any, body: dict[str, Any], respond: Any) -> None:
+        await ack()
+        user, tenant = body["user"]["id"], f"slack:{body['team']['id']}"
+        if body["actions"][0].get("value") != user:
+            await respond(
+                text="Only the person who asked can confirm this.", replace_original=False
+            )
+            return
+        await services.members.forget(tenant, user)
+        await respond(text=FORGET_DONE, replace_original=True)
+
+    @app.action(RESET)
+    async def on_reset(
+        ack: Any, body: dict[str, Any], client: AsyncWebClient, respond: Any
+    ) -> None:
+        await ack()
+        actor, tenant = body["user"]["id"], f"slack:{body['team']['id']}"
+        if not await is_admin(services, client, actor):
+            await respond(text=NOT_ADMIN, replace_original=False)
+            return
+        member = body["actions"][0]["value"]
+        found = await services.members.admin_reset(tenant, actor, member)
+        done = "erased" if found else "already empty"
+        await respond(text=f"Memory of <@{member}> {done}.", replace_original=True)
+
+    @app.event("app_home_opened")
+    async def on_home(event: dict[str, Any], body: dict[str, Any], client: AsyncWebClient) -> None:
+        user = event["user"]
+        view = await services.members.view(f"slack:{body['team_id']}", user)
+        text = to_slack_mrkdwn(memory_text(view))
+        blocks: list[dict[str, Any]] = [
+            {"type": "header", "text": {"type": "plain_text", "text": "What I remember"}},
+            *(
+                {"type": "section", "text": {"type": "mrkdwn", "text": part[:3000]}}
+                for part in text.split("\n\n")
+            ),
+            {"type": "divider"},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": "/companion " + HELP}]},
+        ]
+        await client.views_publish(user_id=user, view={"type": "home", "blocks": blocks})

@@ -1,0 +1,128 @@
+"""A local stand-in for Slack's Web API (as bolt-python's own tests use a mock server).
+
+The real `AsyncWebClient` talks to it through `base_url`; every call is recorded as
+(method, arguments). It also serves file downloads (`url_private_download`), takes file
+uploads (files_upload_v2) and response_url posts. `signed(body, secret)` builds the
+headers Slack would send with an Events API or slash-command request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from typing import Any
+from urllib.parse import parse_qsl
+
+from aiohttp import web
+
+BOT_USER = "UBOT"
+TEAM = "T0001"
+
+
+def signed(body: str, secret: str, timestamp: int | None = None) -> dict[str, str]:
+    ts = str(timestamp or int(time.time()))
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {
+        "x-slack-request-timestamp": ts,
+        "x-slack-signature": f"v0={digest}",
+        "content-type": "application/json",
+    }
+
+
+class FakeSlack:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.files: dict[str, bytes] = {}
+        self.uploads: dict[str, bytes] = {}
+        self.responses: list[dict[str, Any]] = []
+        self.users: dict[str, dict[str, Any]] = {}
+        self.fail_methods: dict[str, str] = {}
+        self._runner: web.AppRunner | None = None
+        self.root = ""
+        self._ts = 1000
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/api/"
+
+    def called(self, method: str) -> list[dict[str, Any]]:
+        return [args for name, args in self.calls if name == method]
+
+    def add_user(self, user: str, admin: bool = False, tz: str = "Europe/Berlin") -> None:
+        self.users[user] = {
+            "id": user,
+            "name": user.lower(),
+            "real_name": f"User {user}",
+            "is_admin": admin,
+            "is_owner": False,
+            "tz": tz,
+            "is_bot": False,
+        }
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        if request.method == "GET":
+            args = {}
+        elif request.content_type == "application/json":
+            args = await request.json()
+        else:
+            args = dict(parse_qsl(await request.text()))
+        args = {**dict(request.query), **args}
+        self.calls.append((method, args))
+        if method in self.fail_methods:
+            return web.json_response({"ok": False, "error": self.fail_methods[method]})
+        return web.json_response({"ok": True, **self._answer(method, args)})
+
+    def _answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+        self._ts += 1
+        if method == "auth.test":
+            return {"user_id": BOT_USER, "bot_id": "BBOT", "team_id": TEAM, "user": "companion"}
+        if method == "users.info":
+            user = self.users.get(args.get("user", ""))
+            return {"user": user} if user else {"ok": False, "error": "user_not_found"}
+        if method == "conversations.open":
+            return {"channel": {"id": f"D{args.get('users', 'X')}"}}
+        if method == "chat.postMessage":
+            return {"channel": args.get("channel"), "ts": f"{self._ts}.000100"}
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{self._ts}"
+            return {"upload_url": f"{self.root}/upload/{file_id}", "file_id": file_id}
+        if method == "files.completeUploadExternal":
+            files = json.loads(args.get("files", "[]"))
+            return {"files": [{"id": f["id"], "title": f.get("title")} for f in files]}
+        return {}
+
+    async def _download(self, request: web.Request) -> web.Response:
+        self.calls.append(("download", {"auth": request.headers.get("Authorization", "")}))
+        if request.headers.get("Authorization") != "Bearer xoxb-test":
+            return web.Response(status=403)
+        return web.Response(body=self.files[request.match_info["name"]])
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        self.uploads[request.match_info["file_id"]] = await request.read()
+        return web.Response(text="OK")
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        self.responses.append(await request.json())
+        return web.Response(text="ok")
+
+    async def __aenter__(self) -> FakeSlack:
+        app = web.Application(client_max_size=32 * 1024 * 1024)
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)
+        app.router.add_get("/files/{name}", self._download)
+        app.router.add_post("/upload/{file_id}", self._upload)
+        app.router.add_post("/respond/{id}", self._respond)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.root = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner:
+            await self._runner.cleanup()

@@ -1,0 +1,229 @@
+"""The `companion` command as a person uses it: real subprocesses, the test database, the fake.
+
+Every run goes through `asyncio.create_subprocess_exec`, because the fake model server lives
+in the test's event loop and must keep answering while the command runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import COMPANION, ROOT, cli_env
+
+NOTHING_KNOWN = "Nothing known yet about this person."
+
+TIMEOUT = 60  # seconds for one command
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+async def companion(env: dict, *args: str, stdin: str = "") -> Run:
+    """Run `companion ARGS` with `stdin` piped in (so never a terminal)."""
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())
+
+
+def assert_one_line_error(run: Run) -> str:
+    """A failure a person can fix: exit 2, one line on stderr, no traceback, no stdout."""
+    assert run.code == 2, run
+    assert "Traceback" not in run.err, run.err
+    line = run.err.strip()
+    assert line and "\n" not in line, f"want one line on stderr, got: {run.err!r}"
+    assert run.out == "", run.out
+    return line
+
+
+async def export(env: dict, tenant: str, user: str) -> dict:
+    run = await companion(env, "export", "--tenant", tenant, "--user", user)
+    assert run.code == 0, run
+    return json.loads(run.out)
+
+
+async def test_piped_chat_answers_every_line_in_order(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    lines = [
+        "hello",
+        "",  # a blank line is not a message
+        "how are you?",
+        "remember that I like green tea",
+        "what do you know about me?",
+        "see you",
+    ]
+    run = await companion(env, "chat", stdin="\n".join(lines) + "\n")
+
+    assert run.code == 0, run
+    assert run.out.splitlines() == [
+        "You said: hello",
+        "You said: how are you?",
+        "Got it, I'll remember that.",
+        f"I know this: {NOTHING_KNOWN}",
+        "I like green tea",
+        "You said: see you",
+    ]
+    assert "Traceback" not in run.err
+    assert "core_memory_append" not in run.err + run.out  # only --verbose shows calls
+    # Five messages, five turns: the blank line never reached the model.
+    newest = [body["messages"][-1] for body in fake.chat_requests]
+    user_texts = [m["content"] for m in newest if m["role"] == "user"]
+    assert user_texts == [line for line in lines if line]
+
+    # The defaults: tenant `local`, user = the login name.
+    doc = await export(env, "local", getpass.getuser())
+    said = [m["content"] for m in doc["messages"] if m["role"] == "user"]
+    assert said == [line for line in lines if line]
+
+
+async def test_user_and_tenant_select_the_agent(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+
+    def chat(tenant: str, user: str, text: str):
+        return companion(env, "chat", "--tenant", tenant, "--user", user, stdin=text + "\n")
+
+    told = await asyncio.gather(
+        chat("club", "alice", "remember that my cat is called Miso"),
+        chat("club", "bob", "remember that I play chess on Sundays"),
+    )
+    for run in told:
+        assert (run.code, run.out) == (0, "Got it, I'll remember that.\n"), run
+
+    alice, bob, alice_elsewhere = await asyncio.gather(
+        chat("club", "alice", "what do you know about me?"),
+        chat("club", "bob", "what do you know about me?"),
+        chat("other", "alice", "what do you know about me?"),
+    )
+    assert alice.code == bob.code == alice_elsewhere.code == 0
+    assert alice.out == f"I know this: {NOTHING_KNOWN}\nmy cat is called Miso\n"
+    assert bob.out == f"I know this: {NOTHING_KNOWN}\nI play chess on Sundays\n"
+    # The same user name in another tenant is another person with another agent.
+    assert alice_elsewhere.out == f"I know this: {NOTHING_KNOWN}\n"
+
+
+@pytest.mark.parametrize(
+    ("removed", "named", "not_named"),
+    [
+        (("COMPANION_MODEL",), ["COMPANION_MODEL"], ["OPENAI_API_KEY", "OPENAI_BASE_URL"]),
+        (
+            ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+            ["OPENAI_API_KEY", "OPENAI_BASE_URL"],
+            ["COMPANION_MODEL"],
+        ),
+        (
+            ("COMPANION_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"),
+            ["COMPANION_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"],
+            [],
+        ),
+    ],
+    ids=["model", "endpoint", "both"],
+)
+async def test_missing_model_settings_are_one_line(fake, pg_url, schema, removed, named, not_named):
+    env = cli_env(fake, pg_url, schema)
+    for name in removed:
+        del env[name]
+    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+
+    line = assert_one_line_error(run)
+    for name in named:
+        assert name in line, line
+    for name in not_named:
+        assert name not in line, line
+    assert fake.requests == []
+
+
+async def test_only_key_or_only_base_url_is_enough(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    del env["OPENAI_API_KEY"]  # a local server needs no key
+    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+    assert (run.code, run.out) == (0, "You said: hello\n"), run
+
+
+async def test_bad_context_window_is_one_line(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema, COMPANION_CONTEXT_WINDOW="abc")
+    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+
+    line = assert_one_line_error(run)
+    assert "COMPANION_CONTEXT_WINDOW" in line and "abc" in line, line
+    assert fake.requests == []
+
+
+async def test_export_of_unknown_member_is_one_line(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    # Export needs only the database: no model settings at all.
+    for name in ("COMPANION_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        del env[name]
+    run = await companion(env, "export", "--tenant", "club", "--user", "nobody")
+
+    line = assert_one_line_error(run)
+    assert "nobody" in line and "club" in line, line
+
+
+async def test_reset_without_yes_and_without_a_terminal_is_refused(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    run = await companion(
+        env,
+        "chat",
+        "--tenant",
+        "club",
+        "--user",
+        "carol",
+        stdin="remember that I like green tea\n",
+    )
+    assert run.code == 0, run
+    before = await export(env, "club", "carol")
+
+    # Even a piped "yes" is not a confirmation: only a person at a terminal can give one.
+    run = await companion(env, "reset", "--tenant", "club", "--user", "carol", stdin="yes\n")
+
+    assert run.code != 0, run
+    assert "Traceback" not in run.err
+    line = run.err.strip()
+    assert "\n" not in line and "--yes" in line, run.err
+    after = await export(env, "club", "carol")
+    assert after == before
+    human = next(b for b in after["blocks"] if b["label"] == "human")
+    assert "I like green tea" in human["value"]
+    assert len(after["messages"]) == len(before["messages"]) > 0
+
+
+async def test_verbose_shows_the_function_calls(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    run = await companion(
+        env,
+        "chat",
+        "--verbose",
+        "--user",
+        "alice",
+        stdin="remember that I like green tea\nhi\n",
+    )
+
+    assert run.code == 0, run
+    # stdout keeps only the agent's messages; the trace goes to stderr when not a terminal.
+    assert run.out == "Got it, I'll remember that.\nYou said: hi\n"
+    assert "core_memory_append" in run.err
+    assert "I like green tea" in run.err  # the call's arguments
+    assert "send_message" in run.err
+    assert "Traceback" not in run.err

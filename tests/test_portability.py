@@ -1,0 +1,376 @@
+"""Export, reset and import: a member's memory leaves and comes back exactly as it was.
+
+The first tests drive the `companion` command (real subprocesses); the last ones call
+`core.portability` directly, to cover what the fake's chats never make (passages, summaries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from core.directory import ensure_agent
+from core.errors import ImportConflict
+from core.events import EventKind, InboundEvent
+from core.models import Message, Passage
+from core.portability import BadExport, export_agent, import_agent
+from core.store import AgentStore
+from tests.conftest import COMPANION, ROOT, cli_env
+
+TENANT = "club"
+
+TIMEOUT = 60  # seconds for one command
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A private directory (not tmp_path: a concurrent pytest run may prune those)."""
+    with tempfile.TemporaryDirectory(prefix="companion-scratch-") as name:
+        yield Path(name)
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+async def companion(env: dict, *args: str, stdin: str = "") -> Run:
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())
+
+
+async def chat(env: dict, user: str, *lines: str) -> str:
+    run = await companion(
+        env, "chat", "--tenant", TENANT, "--user", user, stdin="".join(f"{x}\n" for x in lines)
+    )
+    assert run.code == 0, run
+    return run.out
+
+
+async def export(env: dict, user: str) -> dict:
+    run = await companion(env, "export", "--tenant", TENANT, "--user", user)
+    assert run.code == 0, run
+    return json.loads(run.out)
+
+
+async def restore(env: dict, path: Path | str, *args: str) -> Run:
+    return await companion(env, "import", str(path), *args)
+
+
+def assert_one_line_error(run: Run) -> str:
+    assert run.code == 2, run
+    assert "Traceback" not in run.err, run.err
+    line = run.err.strip()
+    assert line and "\n" not in line, f"want one line on stderr, got: {run.err!r}"
+    return line
+
+
+def memory(doc: dict) -> dict:
+    """What the contract promises an export carries, and an import restores."""
+    return {
+        "blocks": doc["blocks"],
+        "messages": [(m["role"], m["content"], m["created_at"]) for m in doc["messages"]],
+        "summary": doc["summary"],
+        "passages": [(p["text"], p["created_at"]) for p in doc["passages"]],
+    }
+
+
+def human(doc: dict) -> str:
+    return next(b["value"] for b in doc["blocks"] if b["label"] == "human")
+
+
+async def test_reset_erases_one_member_only(fake, pg_url, schema):
+    env = cli_env(fake, pg_url, schema)
+    await asyncio.gather(
+        chat(env, "alice", "hello", "remember that my cat is called Miso"),
+        chat(env, "bob", "hi, I am Bob", "remember that I play chess"),
+    )
+    bob_before = await export(env, "bob")
+    assert len(bob_before["messages"]) > 0
+
+    run = await companion(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
+    assert run.code == 0, run
+
+    alice, bob_after = await asyncio.gather(
+        companion(env, "export", "--tenant", TENANT, "--user", "alice"), export(env, "bob")
+    )
+    assert bob_after == bob_before  # every message of the other member still there
+    # The member is still known, with a fresh agent: nothing remembered.
+    assert alice.code == 0, alice
+    fresh = json.loads(alice.out)
+    assert fresh["messages"] == [] and fresh["passages"] == [] and fresh["summary"] is None
+    assert "Miso" not in json.dumps(fresh)
+
+
+async def test_export_reset_import_round_trip(fake, pg_url, schema, scratch):
+    env = cli_env(fake, pg_url, schema)
+    await chat(
+        env, "alice", "hello", "remember that my cat is called Miso", "what did I say about cats?"
+    )
+    first = await export(env, "alice")
+    assert [m["content"] for m in first["messages"] if m["role"] == "user"] == [
+        "hello",
+        "remember that my cat is called Miso",
+        "what did I say about cats?",
+    ]
+    assert "my cat is called Miso" in human(first)
+    times = [datetime.fromisoformat(m["created_at"]) for m in first["messages"]]
+    assert times == sorted(times) and all(t.tzinfo for t in times)
+    path = scratch / "alice.json"
+    path.write_text(json.dumps(first), encoding="utf-8")
+
+    run = await companion(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
+    assert run.code == 0, run
+    # No --replace: accepted only because the reset left alice with no memory at all.
+    run = await restore(env, path, "--tenant", TENANT, "--user", "alice")
+    assert run.code == 0, run
+
+    again = await export(env, "alice")
+    assert memory(again) == memory(first)
+    assert again["messages"] == first["messages"]  # tool calls, queue membership: all of it
+
+
+async def test_import_into_another_member_and_conflicts(fake, pg_url, schema, scratch):
+    env = cli_env(fake, pg_url, schema)
+    await asyncio.gather(
+        chat(env, "alice", "remember that my cat is called Miso", "hello"),
+        chat(env, "bob", "remember that I play chess"),
+    )
+    path = scratch / "a.json"
+    run, bob = await asyncio.gather(
+        companion(env, "export", "--tenant", TENANT, "--user", "alice", "--output", str(path)),
+        export(env, "bob"),
+    )
+    assert run.code == 0, run
+    alice = json.loads(path.read_text(encoding="utf-8"))
+
+    into_dave, into_bob = await asyncio.gather(
+        restore(env, path, "--tenant", TENANT, "--user", "dave"),
+        restore(env, path, "--tenant", TENANT, "--user", "bob"),
+    )
+    # Into a member who has memory: refused without --replace.
+    line = assert_one_line_error(into_bob)
+    assert "--replace" in line, line
+    # Into a member who had no agent: dave gets alice's memory, and his agent uses it.
+    assert into_dave.code == 0, into_dave
+    dave_says, bob_now = await asyncio.gather(
+        chat(env, "dave", "what do you know about me?"), export(env, "bob")
+    )
+    assert dave_says == (
+        "I know this: Nothing known yet about this person.\nmy cat is called Miso\n"
+    )
+    assert bob_now == bob
+
+    run = await restore(env, path, "--tenant", TENANT, "--user", "bob", "--replace")
+    assert run.code == 0, run
+    replaced = await export(env, "bob")
+    assert memory(replaced) == memory(alice)
+    assert "chess" not in json.dumps(replaced)
+    assert (replaced["tenant"], replaced["user"]) == (TENANT, "bob")
+
+
+async def test_damaged_export_changes_nothing(fake, pg_url, schema, scratch):
+    env = cli_env(fake, pg_url, schema)
+    await chat(env, "bob", "remember that I play chess", "hello", "bye")
+    good = await export(env, "bob")
+
+    cut = json.dumps(good)
+    broken = dict(good, messages=[dict(m) for m in good["messages"]])
+    broken["messages"][2]["created_at"] = "yesterday"  # damaged half-way through
+    files = {
+        "truncated": cut[: len(cut) // 2],
+        "not-an-export": json.dumps({"hello": "world"}),
+        "bad-message": json.dumps(broken),
+    }
+    for name, text in files.items():
+        (scratch / f"{name}.json").write_text(text, encoding="utf-8")
+
+    # --replace would erase bob first: a bad file must leave him exactly as he was.
+    attempts = {
+        name: restore(
+            env, scratch / f"{name}.json", "--tenant", TENANT, "--user", "bob", "--replace"
+        )
+        for name in files
+    }
+    attempts["missing"] = restore(
+        env, scratch / "missing.json", "--tenant", TENANT, "--user", "bob"
+    )
+    # A bad file for a member who has no agent yet creates nobody.
+    attempts["new-member"] = restore(
+        env, scratch / "bad-message.json", "--tenant", TENANT, "--user", "erin"
+    )
+    runs = dict(zip(attempts, await asyncio.gather(*attempts.values()), strict=True))
+    errors = {name: assert_one_line_error(run) for name, run in runs.items()}
+    assert "not valid JSON" in errors["truncated"], errors
+    assert "not a Companion export" in errors["not-an-export"], errors
+    assert "messages[2]" in errors["bad-message"], errors
+    assert "missing.json" in errors["missing"], errors
+
+    bob, erin = await asyncio.gather(
+        export(env, "bob"), companion(env, "export", "--tenant", TENANT, "--user", "erin")
+    )
+    assert bob == good
+    assert erin.code == 2 and "erin" in erin.err, erin
+
+
+# --- core.portability, called directly -------------------------------------------------------
+
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+async def test_functions_round_trip_passages_summary_and_timestamps(
+    make_engine_for, sessions, clock, fake
+):
+    engine = make_engine_for(embeddings=True)
+    scope = await engine.agent("club", "alice", display_name="Alice")
+    for i, text in enumerate(["hello", "remember that my cat is called Miso", "bye"]):
+        clock.now = T0 + timedelta(minutes=5 * i)
+        await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+    async with sessions() as session, session.begin():
+        store = AgentStore(session, scope)
+        await store.add_passage("Miso is a grey tabby", T0 - timedelta(days=30), "note", None)
+        await store.add_passage("Alice's sister lives in Lyon", T0 - timedelta(days=2))
+        first_turn = (await store.in_context())[:3]  # "hello", the call, its result
+        assert [m.role for m in first_turn] == ["user", "assistant", "tool"]
+        await store.evict(first_turn)
+        await store.add_summary("Alice said hello.", 3, 20, T0 + timedelta(minutes=1))
+    async with sessions() as session:
+        doc = await export_agent(session, scope)
+
+    assert doc["summary"] == "Alice said hello."
+    assert [p["text"] for p in doc["passages"]] == [
+        "Miso is a grey tabby",
+        "Alice's sister lives in Lyon",
+    ]
+    assert doc["passages"][0]["created_at"] == (T0 - timedelta(days=30)).isoformat()
+    times = [datetime.fromisoformat(m["created_at"]) for m in doc["messages"]]
+    assert {t - T0 for t in times} == {timedelta(minutes=m) for m in (0, 5, 10)}
+    assert times == sorted(times)
+    assert [m["in_context"] for m in doc["messages"]][:4] == [False, False, False, True]
+
+    # Through JSON, as a file would carry it, into another member; imported much later.
+    doc = json.loads(json.dumps(doc))
+    later = T0 + timedelta(days=100)
+    embedded_before = len(fake.embedding_requests)
+    async with sessions() as session, session.begin():
+        other = await ensure_agent(session, "club", "zoe", engine.mind.config)
+        counts = await import_agent(
+            session, other, doc, engine.mind.config, later, engine.mind.embedder
+        )
+    assert counts == {"blocks": 2, "messages": len(doc["messages"]), "passages": 2}
+    assert len(fake.embedding_requests) > embedded_before  # passages embedded on the way in
+    async with sessions() as session:
+        back = await export_agent(session, other)
+        vectors = await session.scalar(
+            select(func.count()).where(
+                Passage.agent_id == other.agent_id, Passage.embedding.is_not(None)
+            )
+        )
+
+    assert memory(back) == memory(doc)
+    assert back["messages"] == doc["messages"]
+    assert back["summaries"] == doc["summaries"]
+    assert back["passages"] == doc["passages"]  # with their sources
+    assert (back["tenant"], back["user"]) == ("club", "zoe")
+    assert vectors == 2
+    # The original is untouched by an import elsewhere.
+    async with sessions() as session:
+        assert memory(await export_agent(session, scope)) == memory(doc)
+
+    # The agent goes on from the restored memory: same facts, same queue, same summary.
+    reply = await engine.converse(
+        other, InboundEvent(EventKind.USER_MESSAGE, "what do you know about me?")
+    )
+    assert reply.replies == [
+        "I know this: Nothing known yet about this person.\nmy cat is called Miso"
+    ]
+    prompt = fake.chat_requests[-1]["messages"]
+    assert "Alice said hello." in prompt[1]["content"]
+    assert [m.get("content") for m in prompt if m["role"] == "user"][1:] == [
+        "remember that my cat is called Miso",  # "hello" was evicted before the export
+        "bye",
+        "what do you know about me?",
+    ]
+
+
+async def test_import_minimal_document_and_refusals(engine, sessions):
+    """The documented keys only (no `summaries`): a hand-made or older export."""
+    doc = {
+        "format": "companion-export",
+        "version": 1,
+        "blocks": [
+            {"label": "persona", "value": "I am a test persona.", "limit": 500},
+            {"label": "human", "value": "Name: Zoe. Likes kites.", "limit": 500},
+        ],
+        "messages": [
+            {"role": "user", "content": "I fly kites", "created_at": "2025-06-01T09:30:00+00:00"},
+            {"role": "assistant", "content": "Kites!", "created_at": "2025-06-01T09:30:05+00:00"},
+        ],
+        "summary": "Zoe and I talked about kites.",
+        "passages": [{"text": "Zoe's best kite is red", "created_at": "2025-05-01T00:00:00+00:00"}],
+    }
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    scope = await engine.agent("club", "zoe")
+    async with sessions() as session, session.begin():
+        await import_agent(session, scope, doc, engine.mind.config, now)
+    async with sessions() as session:
+        back = await export_agent(session, scope)
+    assert memory(back) == {
+        "blocks": sorted(doc["blocks"], key=lambda b: b["label"]),
+        "messages": [
+            ("user", "I fly kites", "2025-06-01T09:30:00+00:00"),
+            ("assistant", "Kites!", "2025-06-01T09:30:05+00:00"),
+        ],
+        "summary": "Zoe and I talked about kites.",
+        "passages": [("Zoe's best kite is red", "2025-05-01T00:00:00+00:00")],
+    }
+
+    # Now zoe has memory: a second import is refused unless replacing, and changes nothing.
+    other = dict(doc, messages=doc["messages"][:1], summary=None, passages=[])
+    async with sessions() as session, session.begin():
+        with pytest.raises(ImportConflict, match="--replace"):
+            await import_agent(session, scope, other, engine.mind.config, now)
+    broken = dict(doc, messages=[doc["messages"][0], {"role": "wizard", "content": "x"}])
+    async with sessions() as session:
+        with pytest.raises(BadExport, match=r"messages\[1\]"):
+            async with session.begin():  # rolled back, as the command's transaction is
+                await import_agent(session, scope, broken, engine.mind.config, now, replace=True)
+    async with sessions() as session:
+        assert await export_agent(session, scope) == back
+        assert (
+            await session.scalar(select(func.count()).where(Message.agent_id == scope.agent_id))
+            == 2
+        )
+
+    async with sessions() as session, session.begin():
+        await import_agent(session, scope, other, engine.mind.config, now, replace=True)
+    async with sessions() as session:
+        replaced = await export_agent(session, scope)
+    assert memory(replaced)["messages"] == [("user", "I fly kites", "2025-06-01T09:30:00+00:00")]
+    assert replaced["summary"] is None and replaced["passages"] == []
