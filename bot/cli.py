@@ -5,6 +5,7 @@
     companion import FILE [--tenant T --user U] [--replace]
     companion reset --tenant T --user U [--yes]
     companion reembed [--dim N] [--missing]
+    companion run
 
 Errors a person can fix are one line on stderr and exit status 2, never a traceback.
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 from bot.app import App, open_app
 from bot.chat import run_chat
+from bot.run import run
 from bot.settings import Settings
 from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import AgentNotFound, CompanionError, ConfigError
@@ -54,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--tenant", required=True)
     reset.add_argument("--user", required=True)
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
 
     reembed_cmd = commands.add_parser("reembed", help="recompute archival embeddings")
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
@@ -150,8 +154,13 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _serve(app: App, args: argparse.Namespace) -> int:
+    return await run(app)
+
+
 COMMANDS = {
     "chat": _chat,
+    "run": _serve,
     "export": _export,
     "import": _import,
     "reset": _reset,
@@ -160,7 +169,9 @@ COMMANDS = {
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    need_model = args.command in ("chat",)
+    need_model = args.command in ("chat", "run")
+    if args.command == "run":
+        settings.require_platform()
     async with open_app(
         settings, need_model=need_model, check_dimension=args.command != "reembed"
     ) as app:

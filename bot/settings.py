@@ -28,6 +28,25 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
     return value
 
 
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    return env.get(name, "").strip() or None
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be on or off, got {raw!r}")
+
+
+def _slack_api_url(url: str | None) -> str | None:
+    return (url.rstrip("/") + "/") if url else None  # the Slack SDK wants the trailing slash
+
+
 def _schema(raw: str) -> str | None:
     raw = raw.strip()
     if raw and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", raw):
@@ -53,6 +72,18 @@ class Settings:
     data_dir: Path = Path("data")
     model_timeout: float = 60.0
     model_retries: int = 3
+    discord_token: str | None = None
+    discord_api_url: str | None = None
+    discord_gateway_url: str | None = None
+    discord_home_guild: int | None = None
+    slack_bot_token: str | None = None
+    slack_app_token: str | None = None
+    slack_signing_secret: str | None = None
+    slack_api_url: str | None = None
+    http_host: str = "0.0.0.0"
+    http_port: int = 3000
+    admin_ids: frozenset[str] = frozenset()
+    welcome: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -69,6 +100,22 @@ class Settings:
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3) or 3,
+            discord_token=_text(env, "DISCORD_TOKEN"),
+            discord_api_url=_text(env, "DISCORD_API_URL"),
+            discord_gateway_url=_text(env, "DISCORD_GATEWAY_URL"),
+            discord_home_guild=_int(env, "COMPANION_DISCORD_HOME_GUILD", None),
+            slack_bot_token=_text(env, "SLACK_BOT_TOKEN"),
+            slack_app_token=_text(env, "SLACK_APP_TOKEN"),
+            slack_signing_secret=_text(env, "SLACK_SIGNING_SECRET"),
+            slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
+            http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
+            http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
+            admin_ids=frozenset(
+                part.strip()
+                for part in env.get("COMPANION_ADMIN_IDS", "").split(",")
+                if part.strip()
+            ),
+            welcome=_flag(env, "COMPANION_WELCOME", True),
         )
 
     def require_model(self) -> None:
@@ -79,6 +126,19 @@ class Settings:
         if missing:
             raise ConfigError(
                 "missing model settings: " + ", ".join(missing) + " (see README: Configuration)"
+            )
+
+    def require_platform(self) -> None:
+        """At least one platform, completely configured, or one line saying what to set."""
+        if not self.discord_token and not self.slack_bot_token:
+            raise ConfigError(
+                "nothing to run: set DISCORD_TOKEN for Discord, and/or SLACK_BOT_TOKEN with "
+                "SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode) for Slack"
+            )
+        if self.slack_bot_token and not (self.slack_app_token or self.slack_signing_secret):
+            raise ConfigError(
+                "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET "
+                "(HTTP mode on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT, path /slack/events)"
             )
 
     @property

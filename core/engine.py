@@ -14,8 +14,10 @@ member's message in recall, and answers with a clear apology instead of silence.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -65,6 +67,24 @@ class Engine:
         self.sessions = sessions
         self.mind = mind
         self.clock = clock
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @asynccontextmanager
+    async def _working(self) -> AsyncIterator[None]:
+        self._busy += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return once no event is being handled (for a clean shutdown)."""
+        await self._idle.wait()
 
     async def agent(self, tenant: str, user: str, display_name: str | None = None) -> Scope:
         async with self.sessions() as session, session.begin():
@@ -114,6 +134,18 @@ class Engine:
         Raises `UploadRejected` (nothing stored) for a file it will not take. The passages
         and the event commit together, so a redelivered upload is stored once.
         """
+        async with self._working():
+            return await self._upload(scope, filename, data, dedup_key, meta, send)
+
+    async def _upload(
+        self,
+        scope: Scope,
+        filename: str,
+        data: bytes,
+        dedup_key: str | None,
+        meta: dict[str, Any] | None,
+        send: Send | None,
+    ) -> Exchange:
         name = PurePath(filename).name
         chunks = chunk_text(extract_text(name, data))
         text = (
@@ -225,6 +257,10 @@ class Engine:
         self, scope: Scope, event: InboundEvent, send: Send | None = None
     ) -> Exchange:
         """Submit, handle and answer one event; replies go through `send` when given."""
+        async with self._working():
+            return await self._converse(scope, event, send)
+
+    async def _converse(self, scope: Scope, event: InboundEvent, send: Send | None) -> Exchange:
         event_id = await self.submit(scope, event)
         results = {r.event_id: r for r in await self.drain(scope)}
         if send is None:

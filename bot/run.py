@@ -1,0 +1,133 @@
+"""`companion run`: every configured platform and the scheduler, in one process.
+
+    Discord   when DISCORD_TOKEN is set
+    Slack     when SLACK_BOT_TOKEN is set: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP
+              mode with SLACK_SIGNING_SECRET on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
+              at /slack/events
+    scheduler APScheduler ticks: pending events left by a crashed process are resumed
+
+SIGTERM or SIGINT: stop taking events, give in-flight turns time to finish, exit. A turn that
+does not finish in time stays pending in the database and resumes on the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+
+from aiohttp import web
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+from adapters.common import Services
+from bot.app import App
+from core.members import Members
+
+log = logging.getLogger(__name__)
+GRACE_SECONDS = 30
+RESUME_EVERY_SECONDS = 60
+
+
+@asynccontextmanager
+async def slack_running(app: App, services: Services) -> AsyncIterator[None]:
+    from adapters.slack import build_slack_app
+
+    settings = app.settings
+    assert settings.slack_bot_token
+    slack = build_slack_app(
+        services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
+    )
+    if settings.slack_app_token:
+        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+
+        handler = AsyncSocketModeHandler(slack, settings.slack_app_token)
+        await handler.connect_async()
+        log.info("Slack: connected in Socket Mode")
+        try:
+            yield
+        finally:
+            await handler.close_async()
+        return
+    runner = web.AppRunner(slack.web_app(path="/slack/events"), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.http_host, settings.http_port)
+    await site.start()
+    log.info("Slack: HTTP mode on %s:%s/slack/events", settings.http_host, settings.http_port)
+    try:
+        yield
+    finally:
+        await site.stop()  # stop taking requests; the runner finishes the ones in flight
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def discord_running(app: App, services: Services) -> AsyncIterator[None]:
+    from adapters.discord import build_discord_client, run_discord
+
+    settings = app.settings
+    assert settings.discord_token
+    client = build_discord_client(
+        services,
+        home_guild_id=settings.discord_home_guild,
+        api_url=settings.discord_api_url,
+        gateway_url=settings.discord_gateway_url,
+    )
+    task = asyncio.create_task(run_discord(client, settings.discord_token))
+    try:
+        yield
+    finally:
+        await client.close()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+@asynccontextmanager
+async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
+    scheduler = AsyncIOScheduler(timezone="UTC")
+    scheduler.add_job(
+        app.engine.resume,
+        "interval",
+        seconds=RESUME_EVERY_SECONDS,
+        id="resume",
+        max_instances=1,
+        coalesce=True,
+    )
+    scheduler.start()
+    try:
+        yield scheduler
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+async def run(app: App, stop: asyncio.Event | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (or `stop` is set); returns the exit status."""
+    settings = app.settings
+    settings.require_platform()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    members = Members(app.sessions, app.engine.mind.config, app.engine.clock)
+    services = Services(app.engine, members, settings.admin_ids, settings.welcome)
+    resumed = await app.engine.resume()
+    if resumed:
+        log.info("resumed pending events of %d agents", resumed)
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(scheduler_running(app))
+        if settings.discord_token:
+            await stack.enter_async_context(discord_running(app, services))
+        if settings.slack_bot_token:
+            await stack.enter_async_context(slack_running(app, services))
+        await stop.wait()
+        log.info("stopping: no new events; waiting up to %ss for turns in flight", GRACE_SECONDS)
+    try:
+        async with asyncio.timeout(GRACE_SECONDS):
+            await app.engine.wait_idle()
+    except TimeoutError:
+        log.warning(
+            "turns still running after %ss stay pending and resume on next start", GRACE_SECONDS
+        )
+    return 0
