@@ -144,15 +144,19 @@ class Turn:
         tools = ToolContext(
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
-        for _ in range(config.max_steps):
+        max_steps = config.max_steps
+        if (payload.get("meta") or {}).get("purpose") == "upkeep":
+            tools.may_send = False  # tidying memory, not talking
+            max_steps = min(max_steps, config.schedule.upkeep_steps)
+        for _ in range(max_steps):
             prompt, tokens, raw = await self.fit_prompt(blocks)
             completion = await self.mind.model.complete(prompt, SCHEMAS, config.reply_reserve)
             self.mind.counter.calibrate(raw, completion.prompt_tokens)
             if not await self._step(completion, tools, tokens):
                 break
         else:
-            await self._append(role="system", content=STEP_CAP_NOTE.format(n=config.max_steps))
-            if not tools.sent:
+            await self._append(role="system", content=STEP_CAP_NOTE.format(n=max_steps))
+            if not tools.sent and self.event.kind == EventKind.USER_MESSAGE:
                 tools.sent.append(STEP_CAP_REPLY)
         self.result.replies = list(tools.sent)
         return self.result

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from core.openers import ScheduleConfig
 
 DEFAULT_PERSONA = (
     "I am Companion, a warm, curious and candid friend who lives in this community's chat. "
@@ -61,6 +63,7 @@ class EngineConfig:
     max_message_share: float = 0.25
     max_tool_output_chars: int = 3000
     summary_share: float = 0.10
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
 
     @property
     def prompt_budget(self) -> int:

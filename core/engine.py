@@ -33,6 +33,7 @@ from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.models import Agent, Event, Outbox
+from core.schedule import after_event
 from core.store import AgentStore, Scope
 
 log = logging.getLogger(__name__)
@@ -214,10 +215,36 @@ class Engine:
         for text in reply_texts:
             await store.add_outbox(text, event.id, now)
         event.status, event.error, event.processed_at = status, result.error, now
-        if event.kind == EventKind.USER_MESSAGE:
-            agent.last_active_at = now
+        purpose = (event.payload.get("meta") or {}).get("purpose")
+        await after_event(
+            session, agent, event.kind, purpose, bool(reply_texts), now, self.mind.config.schedule
+        )
         result.replies = reply_texts
         return result
+
+    async def undelivered(self, event_id: int) -> list[str]:
+        async with self.sessions() as session:
+            rows = await session.scalars(
+                select(Outbox.text)
+                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                .order_by(Outbox.id)
+            )
+            return list(rows)
+
+    async def take_waiting(self, scope: Scope) -> list[str]:
+        """Replies no platform could deliver (e.g. openers for a terminal member), taken."""
+        async with self.sessions() as session, session.begin():
+            rows = await session.execute(
+                update(Outbox)
+                .where(
+                    Outbox.tenant_id == scope.tenant_id,
+                    Outbox.agent_id == scope.agent_id,
+                    Outbox.delivered_at.is_(None),
+                )
+                .values(delivered_at=self.clock())
+                .returning(Outbox.id, Outbox.text)
+            )
+            return [text for _, text in sorted(rows.all())]
 
     async def take_replies(self, event_id: int) -> list[str]:
         """The undelivered replies to an event, marked delivered."""

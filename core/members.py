@@ -21,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import CompanionError
-from core.models import AuditEntry, Block, Message, Passage, Tenant, User
+from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.portability import export_agent
+from core.schedule import replan
 
 
 class BadSetting(CompanionError):
@@ -121,6 +122,9 @@ class Members:
             if timezone is not None:
                 member.timezone = parse_timezone(timezone)
             member.settings = {**(member.settings or {}), **changes}
+            agent = await session.scalar(select(Agent).where(Agent.user_id == member.id))
+            if agent is not None:  # an opt-out or new quiet hours take effect at once
+                await replan(session, agent, self.config.schedule)
             return {**member.settings, "timezone": member.timezone}
 
     async def tenant_settings(self, tenant: str, **changes: Any) -> dict[str, Any]:

@@ -88,7 +88,12 @@ class Agent(Base):
     # True from the memory-pressure warning until the next flush: one warning per episode.
     pressure_warned: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
-    last_active_at: Mapped[datetime | None] = mapped_column(TS)
+    last_active_at: Mapped[datetime | None] = mapped_column(TS)  # the member's last message
+    # Scheduled interrupts (core.schedule): claimed when due, with FOR UPDATE SKIP LOCKED.
+    next_opener_at: Mapped[datetime | None] = mapped_column(TS)
+    last_opener_at: Mapped[datetime | None] = mapped_column(TS)
+    openers_unanswered: Mapped[int] = mapped_column(Integer, default=0)
+    next_upkeep_at: Mapped[datetime | None] = mapped_column(TS)
 
 
 class Block(Base):

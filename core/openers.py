@@ -113,3 +113,41 @@ def catch_up(
 def _days(delta: timedelta) -> str:
     hours = delta.total_seconds() / 3600
     return f"{hours / 24:g} days" if hours >= 24 else f"{hours:g} hours"
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Deployment defaults for scheduled interrupts; tenants and members override some."""
+
+    openers: OpenerPolicy = OpenerPolicy()
+    upkeep: bool = False
+    upkeep_idle: timedelta = timedelta(hours=2)
+    upkeep_steps: int = 4
+    batch: int = 20  # the most interrupts one process claims in one tick
+    catch_up_spread: timedelta = timedelta(hours=3)
+
+
+def policy_for(
+    defaults: OpenerPolicy,
+    tenant: dict[str, object],
+    member: dict[str, object],
+    timezone: str,
+) -> OpenerPolicy:
+    """The opener policy of one member: their choices over the tenant's over the defaults."""
+    enabled = member.get("openers", tenant.get("openers", defaults.enabled))
+    quiet = str(member.get("quiet_hours") or tenant.get("quiet_hours") or "")
+    start, end = defaults.quiet_start, defaults.quiet_end
+    if "-" in quiet:
+        first, _, second = quiet.partition("-")
+        start, end = time.fromisoformat(first), time.fromisoformat(second)
+    hours = tenant.get("opener_inactivity_hours")
+    return OpenerPolicy(
+        enabled=bool(enabled),
+        inactivity=timedelta(hours=float(hours)) if hours else defaults.inactivity,  # type: ignore[arg-type]
+        jitter=defaults.jitter,
+        min_gap=defaults.min_gap,
+        max_unanswered=int(tenant.get("opener_max_unanswered", defaults.max_unanswered)),  # type: ignore[call-overload]
+        quiet_start=start,
+        quiet_end=end,
+        timezone=timezone or defaults.timezone,
+    )

@@ -32,6 +32,7 @@ class ToolContext:
     timezone: str = "UTC"
     embedder: Embedder | None = None
     event_id: int | None = None
+    may_send: bool = True
     sent: list[str] = field(default_factory=list)
 
 
@@ -105,6 +106,8 @@ async def send_message(ctx: ToolContext, message: str) -> str:
     """
     if not message.strip():
         raise ToolError("message is empty; write what you want to say")
+    if not ctx.may_send:
+        raise ToolError("you cannot message the person now (memory upkeep); just tidy memory")
     ctx.sent.append(message)
     return "Sent."
 

@@ -1,0 +1,248 @@
+"""Scheduled interrupts in Postgres: planning, claiming, and one scheduler pass.
+
+    replan(session, agent, now, config)   after every event: when is this agent's next opener
+    claim_due(session, now, config)       take due agents (FOR UPDATE SKIP LOCKED) and store a
+                                          scheduled-interrupt event for each
+    tick(engine, now, deliver)            one pass: claim, let each agent think, deliver
+
+What is due lives in the agents table, so several processes never open the same
+conversation twice (the claim skips rows another process holds, and the event's dedup key
+names the agent and the due time) and a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.events import EventKind, InboundEvent
+from core.models import Agent, Event, Tenant, User
+from core.openers import (
+    OpenerHistory,
+    Plan,
+    ScheduleConfig,
+    catch_up,
+    jitter_for,
+    next_opener,
+    policy_for,
+)
+from core.store import Scope
+
+if TYPE_CHECKING:
+    from core.engine import Engine
+
+log = logging.getLogger(__name__)
+Deliver = Callable[[str, str, str], Awaitable[None]]  # (tenant key, user id, text)
+
+OPENER = (
+    "conversation opener: it is {local} for the person ({zone}); they last wrote {ago}. If "
+    "something in your working context gives you a natural, kind reason to reach out (a plan "
+    "they mentioned, something they care about, how a thing went), send them one short "
+    "message with send_message, in your own voice. If nothing does, stay silent: do not "
+    "call send_message."
+)
+UPKEEP = (
+    "memory upkeep: the person is away. Tidy your memory: merge duplicate facts in working "
+    "context, fix what is outdated, move long details to archival memory. Do not message "
+    "the person; you have a few steps."
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    scope: Scope
+    event_id: int
+    tenant: str
+    user: str
+    purpose: str  # "opener" | "upkeep"
+
+
+@dataclass
+class TickReport:
+    claimed: list[Claim] = field(default_factory=list)
+    sent: int = 0
+    silent: int = 0
+    undelivered: int = 0
+
+
+def _ago(then: datetime | None, now: datetime) -> str:
+    if then is None:
+        return "never"
+    hours = (now - then).total_seconds() / 3600
+    return f"{hours / 24:.0f} days ago" if hours >= 36 else f"{hours:.0f} hours ago"
+
+
+async def _member(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
+    row = (
+        await session.execute(
+            select(Tenant, User)
+            .join(User, User.tenant_id == Tenant.id)
+            .where(User.id == agent.user_id, Tenant.id == agent.tenant_id)
+        )
+    ).one()
+    return row[0], row[1]
+
+
+async def plan_for(session: AsyncSession, agent: Agent, config: ScheduleConfig) -> Plan:
+    tenant, user = await _member(session, agent)
+    policy = policy_for(config.openers, tenant.settings or {}, user.settings or {}, user.timezone)
+    history = OpenerHistory(agent.last_active_at, agent.last_opener_at, agent.openers_unanswered)
+    return next_opener(policy, history, jitter_for(agent.id, agent.last_active_at))
+
+
+async def replan(session: AsyncSession, agent: Agent, config: ScheduleConfig) -> Plan:
+    plan = await plan_for(session, agent, config)
+    agent.next_opener_at = plan.at
+    return plan
+
+
+async def after_event(
+    session: AsyncSession,
+    agent: Agent,
+    kind: str,
+    purpose: str | None,
+    replied: bool,
+    now: datetime,
+    config: ScheduleConfig,
+) -> None:
+    """Keep the schedule true after an event: the member wrote, or an opener went out."""
+    if kind == EventKind.USER_MESSAGE:
+        agent.last_active_at = now
+        agent.openers_unanswered = 0
+        tenant, _ = await _member(session, agent)
+        if (tenant.settings or {}).get("upkeep", config.upkeep):
+            agent.next_upkeep_at = now + config.upkeep_idle
+    elif purpose == "opener" and replied:
+        agent.last_opener_at = now
+        agent.openers_unanswered += 1
+    await replan(session, agent, config)
+
+
+async def _event(
+    session: AsyncSession, agent: Agent, text: str, key: str, purpose: str, now: datetime
+) -> int | None:
+    event = InboundEvent(EventKind.SCHEDULED, text, key, {"purpose": purpose})
+    return await session.scalar(
+        insert(Event)
+        .values(
+            tenant_id=agent.tenant_id,
+            agent_id=agent.id,
+            kind=str(event.kind),
+            payload=event.payload(),
+            dedup_key=key,
+            created_at=now,
+        )
+        .on_conflict_do_nothing()
+        .returning(Event.id)
+    )
+
+
+async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig) -> list[Claim]:
+    """Claim due openers and upkeep; each claimed agent gets one scheduled event."""
+    claims: list[Claim] = []
+    due = await session.scalars(
+        select(Agent)
+        .where(Agent.next_opener_at <= now)
+        .order_by(Agent.next_opener_at)
+        .limit(config.batch)
+        .with_for_update(skip_locked=True)
+    )
+    for agent in list(due):
+        tenant, user = await _member(session, agent)
+        plan = await plan_for(session, agent, config)  # settings may have changed since
+        if plan.at is None or plan.at > now:
+            agent.next_opener_at = plan.at
+            continue
+        policy = policy_for(
+            config.openers, tenant.settings or {}, user.settings or {}, user.timezone
+        )
+        assert agent.next_opener_at is not None
+        later = catch_up(
+            agent.next_opener_at,
+            now,
+            policy,
+            config.catch_up_spread,
+            jitter_for(agent.id, now.date()),
+        )
+        if later is not None:
+            agent.next_opener_at = later
+            continue
+        local = now.astimezone(ZoneInfo(user.timezone)).strftime("%A %d %B %H:%M")
+        text = OPENER.format(local=local, zone=user.timezone, ago=_ago(agent.last_active_at, now))
+        key = f"opener:{agent.id}:{agent.next_opener_at.isoformat()}"
+        agent.next_opener_at = None  # replanned once the opener has run
+        event_id = await _event(session, agent, text, key, "opener", now)
+        if event_id is not None:
+            claims.append(
+                Claim(
+                    Scope(agent.tenant_id, agent.id),
+                    event_id,
+                    tenant.key,
+                    user.external_id,
+                    "opener",
+                )
+            )
+    upkeep = await session.scalars(
+        select(Agent)
+        .where(Agent.next_upkeep_at <= now)
+        .order_by(Agent.next_upkeep_at)
+        .limit(config.batch)
+        .with_for_update(skip_locked=True)
+    )
+    for agent in list(upkeep):
+        tenant, user = await _member(session, agent)
+        key = f"upkeep:{agent.id}:{agent.next_upkeep_at.isoformat()}"  # type: ignore[union-attr]
+        agent.next_upkeep_at = None
+        event_id = await _event(session, agent, UPKEEP, key, "upkeep", now)
+        if event_id is not None:
+            claims.append(
+                Claim(
+                    Scope(agent.tenant_id, agent.id),
+                    event_id,
+                    tenant.key,
+                    user.external_id,
+                    "upkeep",
+                )
+            )
+    return claims
+
+
+async def tick(engine: Engine, now: datetime, deliver: Deliver | None = None) -> TickReport:
+    """One scheduler pass at `now`: claim what is due, run each agent, deliver openers.
+
+    `deliver(tenant, user, text)` sends on the member's platform; without it (or when it
+    fails) an opener waits in the outbox and is shown the next time the member chats.
+    """
+    async with engine.sessions() as session, session.begin():
+        claims = await claim_due(session, now, engine.mind.config.schedule)
+    report = TickReport(claims)
+    for claim in claims:
+        await engine.drain(claim.scope)
+        if claim.purpose != "opener":
+            continue
+        waiting = await engine.undelivered(claim.event_id)
+        if not waiting:
+            report.silent += 1
+            continue
+        if deliver is None:
+            report.undelivered += 1
+            continue
+
+        async def send(text: str, claim: Claim = claim) -> None:
+            await deliver(claim.tenant, claim.user, text)
+
+        try:
+            await engine.deliver(claim.event_id, send)
+            report.sent += 1
+        except Exception:
+            log.exception("opener for agent %s could not be delivered", claim.scope.agent_id)
+            report.undelivered += 1
+    return report

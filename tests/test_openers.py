@@ -1,0 +1,209 @@
+"""Scheduled interrupts with a fixed clock: openers that are grounded, polite and single."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from core.config import EngineConfig
+from core.events import EventKind, InboundEvent
+from core.members import Members
+from core.models import Agent
+from core.openers import ScheduleConfig
+from core.schedule import tick
+from tests.fake_openai import (
+    calls,
+    completion,
+    is_summary_request,
+    last,
+    say,
+    summary_of,
+    tool_call,
+)
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)  # a Monday noon, UTC
+
+
+def brain(body):
+    if is_summary_request(body):
+        return summary_of(body)
+    newest = last(body)
+    content = newest.get("content") or ""
+    if newest["role"] == "tool":
+        recent = str(body["messages"][-4:])
+        if "conversation opener" in recent or "memory upkeep" in recent:
+            return completion(None)  # done, nothing to say
+        return say("ok")
+    if "[scheduled interrupt] conversation opener" in content:
+        system = body["messages"][0]["content"]
+        if "Lisbon" in system:
+            return say("How was the trip to Lisbon?")
+        return calls(tool_call("core_memory_append", label="persona", content="Stayed quiet."))
+    if "[scheduled interrupt] memory upkeep" in content:
+        return calls(tool_call("send_message", message="hi from upkeep"))
+    if content.startswith("remember that"):
+        return calls(tool_call("core_memory_append", label="human", content=content[14:]))
+    return say("hello!")
+
+
+class Outbox:
+    def __init__(self):
+        self.sent = []
+
+    async def __call__(self, tenant, user, text):
+        self.sent.append((tenant, user, text))
+
+
+async def chat(engine, user, text, tenant="discord:1"):
+    scope = await engine.agent(tenant, user)
+    await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+    return scope
+
+
+async def next_opener_at(sessions, scope):
+    async with sessions() as session:
+        return await session.scalar(select(Agent.next_opener_at).where(Agent.id == scope.agent_id))
+
+
+async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "ana", "remember that I am flying to Lisbon on Friday")
+    due = await next_opener_at(sessions, scope)
+    assert T0 + timedelta(days=3) <= due <= T0 + timedelta(days=3, hours=6)
+    outbox = Outbox()
+    assert (await tick(engine, T0 + timedelta(days=1), outbox)).claimed == []
+    clock.now = due + timedelta(minutes=1)
+    report = await tick(engine, clock.now, outbox)
+    assert [c.purpose for c in report.claimed] == ["opener"] and report.sent == 1
+    assert outbox.sent == [("discord:1", "ana", "How was the trip to Lisbon?")]
+    request = fake.chat_requests[-1]
+    assert "I am flying to Lisbon on Friday" in request["messages"][0]["content"]
+    interrupt = request["messages"][-1]["content"]
+    assert "Thursday 05 March" in interrupt and "3 days ago" in interrupt
+    # The unanswered cap (1): nothing more until ana writes again.
+    clock.now += timedelta(days=10)
+    assert (await tick(engine, clock.now, outbox)).claimed == []
+    await chat(engine, "ana", "back home now!")
+    assert await next_opener_at(sessions, scope) > clock.now
+
+
+async def test_an_agent_with_nothing_to_say_stays_silent(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "bo", "hi")
+    clock.now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
+    outbox = Outbox()
+    report = await tick(engine, clock.now, outbox)
+    assert report.silent == 1 and outbox.sent == []
+    async with sessions() as session:
+        agent = await session.get(Agent, scope.agent_id)
+    assert agent.openers_unanswered == 0 and agent.next_opener_at is not None
+
+
+async def test_opt_out_takes_effect_at_once(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "cy", "remember that I run in Lisbon")
+    due = await next_opener_at(sessions, scope)
+    members = Members(sessions, EngineConfig(), clock)
+    await members.settings("discord:1", "cy", openers=False)
+    assert await next_opener_at(sessions, scope) is None
+    before = len(fake.requests)
+    assert (await tick(engine, due + timedelta(hours=1), Outbox())).claimed == []
+    assert len(fake.requests) == before
+    await members.settings("discord:1", "cy", openers=True)
+    assert await next_opener_at(sessions, scope) == due
+
+
+async def test_quiet_hours_in_the_members_time_zone(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = datetime(2026, 3, 2, 13, 30, tzinfo=UTC)  # 22:30 in Tokyo
+    members = Members(sessions, EngineConfig(), clock)
+    await members.settings("discord:1", "dai", timezone="Asia/Tokyo")
+    scope = await chat(engine, "dai", "remember that I like Lisbon tarts")
+    due = await next_opener_at(sessions, scope)
+    local = due.astimezone(__import__("zoneinfo").ZoneInfo("Asia/Tokyo"))
+    assert 9 <= local.hour < 22, local
+
+
+async def test_two_processes_claiming_at_once_send_one_opener(
+    make_engine_for, fake, clock, sessions
+):
+    fake.brain = brain
+    first, second = make_engine_for(), make_engine_for()
+    clock.now = T0
+    scope = await chat(first, "eve", "remember that Lisbon is my home town")
+    now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
+    outbox = Outbox()
+    reports = await asyncio.gather(*(tick(e, now, outbox) for e in (first, second, first)))
+    assert sum(len(r.claimed) for r in reports) == 1
+    assert len(outbox.sent) == 1
+    openers = [b for b in fake.chat_requests if "conversation opener" in str(b["messages"][-1])]
+    assert len(openers) == 1
+
+
+async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = T0
+    for i in range(12):
+        await chat(engine, f"m{i}", "remember that I love Lisbon")
+    outbox = Outbox()
+    restart = T0 + timedelta(days=6)  # the bot was down while all of them fell due
+    first = await tick(engine, restart, outbox)
+    assert first.claimed == [] and outbox.sent == []
+    moments = restart
+    for _ in range(20):  # a tick every 15 minutes for five hours
+        moments += timedelta(minutes=15)
+        clock.now = moments
+        await tick(engine, moments, outbox)
+    users = [user for _, user, _ in outbox.sent]
+    assert sorted(users) == sorted(f"m{i}" for i in range(12)), "each exactly once"
+    async with sessions() as session:
+        left = await session.scalar(
+            select(Agent.id).where(Agent.next_opener_at.is_not(None)).limit(1)
+        )
+    assert left is None
+
+
+async def test_restart_loses_nothing_claimed(engine, make_engine_for, fake, clock, sessions):
+    """A process that claimed an opener and died before thinking: the next pass finishes it."""
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "fay", "remember that I am in Lisbon")
+    now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
+    from core.schedule import claim_due
+
+    async with sessions() as session, session.begin():
+        claims = await claim_due(session, now, ScheduleConfig())
+    assert len(claims) == 1  # ...and the process dies here
+    fresh = make_engine_for()
+    assert await fresh.resume() == 1
+    assert await fresh.undelivered(claims[0].event_id) == ["How was the trip to Lisbon?"]
+
+
+async def test_upkeep_runs_when_idle_and_cannot_message(make_engine_for, fake, clock, sessions):
+    fake.brain = brain
+    config = EngineConfig(schedule=ScheduleConfig(upkeep=True))
+    engine = make_engine_for(config)
+    clock.now = T0
+    await chat(engine, "gus", "hello")
+    outbox = Outbox()
+    report = await tick(engine, T0 + timedelta(hours=2, minutes=1), outbox)
+    assert [c.purpose for c in report.claimed] == ["upkeep"]
+    assert outbox.sent == [] and await engine.undelivered(report.claimed[0].event_id) == []
+    tool_results = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "tool"]
+    assert any("cannot message" in r for r in tool_results)
+    steps = [b for b in fake.chat_requests if "memory upkeep" in str(b["messages"])]
+    assert len(steps) <= config.schedule.upkeep_steps
+
+
+async def test_openers_for_terminal_members_wait_in_the_outbox(engine, fake, clock, sessions):
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "hal", "remember that Lisbon calls", tenant="local")
+    now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
+    report = await tick(engine, now, None)
+    assert report.undelivered == 1
+    assert await engine.take_waiting(scope) == ["How was the trip to Lisbon?"]
+    assert await engine.take_waiting(scope) == []
