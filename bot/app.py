@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 
 import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -50,6 +51,7 @@ async def open_app(
     need_model: bool = True,
     schema: str | None = None,
     check_dimension: bool = True,
+    clock: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[App]:
     config: EngineConfig = settings.engine_config()
     if need_model:
@@ -75,4 +77,5 @@ async def open_app(
             embedder = OpenAIEmbedder(client, settings.embedding_model, settings.embedding_dim)
         model: ChatModel = OpenAIChat(client, settings.model or "unset")
         mind = Mind(model, TokenCounter(), config, embedder)
-        yield App(settings, sessions, Engine(sessions, mind), embedder, held_dim)
+        engine = Engine(sessions, mind, clock) if clock else Engine(sessions, mind)
+        yield App(settings, sessions, engine, embedder, held_dim)

@@ -71,6 +71,8 @@ async def run_chat(
     engine: Engine, scope: Scope, who: str, verbose: bool, stdin: TextIO, stdout: TextIO
 ) -> None:
     await engine.drain(scope)  # anything left pending by an earlier crash goes first
+    for text in await engine.take_waiting(scope):  # e.g. an opener written while away
+        stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():
         for line in stdin:
             text = line.rstrip("\r\n")

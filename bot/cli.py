@@ -6,6 +6,8 @@
     companion reset --tenant T --user U [--yes]
     companion reembed [--dim N] [--missing]
     companion run
+    companion openers list [--due]
+    companion tick [--now ISO-8601]
 
 Errors a person can fix are one line on stderr and exit status 2, never a traceback.
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 from bot.app import App, open_app
 from bot.chat import run_chat
+from bot.operator import list_openers, parse_now, run_tick
 from bot.run import run
 from bot.settings import Settings
 from core.directory import ensure_agent, find_agent, reset_agent
@@ -58,6 +61,15 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
+
+    openers = commands.add_parser("openers", help="scheduled conversation openers")
+    openers_cmd = openers.add_subparsers(dest="openers_command", required=True)
+    listing = openers_cmd.add_parser("list", help="what is scheduled and why")
+    listing.add_argument("--due", action="store_true", help="only what is due now")
+    listing.add_argument("--now", help="as if at this ISO-8601 time")
+
+    tick_cmd = commands.add_parser("tick", help="run one scheduler pass")
+    tick_cmd.add_argument("--now", help="as if at this ISO-8601 time (default: now)")
 
     reembed_cmd = commands.add_parser("reembed", help="recompute archival embeddings")
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
@@ -154,6 +166,17 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _openers(app: App, args: argparse.Namespace) -> int:
+    lines = await list_openers(app, args.due, parse_now(args.now))
+    print("\n".join(lines) if lines else "no openers scheduled")
+    return 0
+
+
+async def _tick(app: App, args: argparse.Namespace) -> int:
+    print(await run_tick(app, app.engine.clock()))
+    return 0
+
+
 async def _serve(app: App, args: argparse.Namespace) -> int:
     return await run(app)
 
@@ -161,6 +184,8 @@ async def _serve(app: App, args: argparse.Namespace) -> int:
 COMMANDS = {
     "chat": _chat,
     "run": _serve,
+    "openers": _openers,
+    "tick": _tick,
     "export": _export,
     "import": _import,
     "reset": _reset,
@@ -169,11 +194,18 @@ COMMANDS = {
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    need_model = args.command in ("chat", "run")
+    need_model = args.command in ("chat", "run", "tick")
     if args.command == "run":
         settings.require_platform()
+    clock = None
+    if args.command == "tick" and args.now:
+        moment = parse_now(args.now)
+        clock = lambda: moment  # noqa: E731  (the whole pass happens "at" that moment)
     async with open_app(
-        settings, need_model=need_model, check_dimension=args.command != "reembed"
+        settings,
+        need_model=need_model,
+        check_dimension=args.command != "reembed",
+        clock=clock,
     ) as app:
         return await COMMANDS[args.command](app, args)
 

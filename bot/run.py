@@ -4,7 +4,9 @@
     Slack     when SLACK_BOT_TOKEN is set: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP
               mode with SLACK_SIGNING_SECRET on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
               at /slack/events
-    scheduler APScheduler ticks: pending events left by a crashed process are resumed
+    scheduler APScheduler ticks every minute: openers and upkeep that are due (claimed in
+              Postgres, so several processes share the work), and pending events left by a
+              crashed process
 
 SIGTERM or SIGINT: stop taking events, give in-flight turns time to finish, exit. A turn that
 does not finish in time stays pending in the database and resumes on the next start.
@@ -23,22 +25,27 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
 from bot.app import App
+from bot.delivery import Router
 from core.members import Members
+from core.schedule import tick
 
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
 RESUME_EVERY_SECONDS = 60
+TICK_SECONDS = 60
 
 
 @asynccontextmanager
-async def slack_running(app: App, services: Services) -> AsyncIterator[None]:
+async def slack_running(app: App, services: Services, router: Router) -> AsyncIterator[None]:
     from adapters.slack import build_slack_app
+    from adapters.slack.events import dm_sender as slack_dm
 
     settings = app.settings
     assert settings.slack_bot_token
     slack = build_slack_app(
         services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
     )
+    router.add("slack", slack_dm(slack.client))
     if settings.slack_app_token:
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
@@ -63,8 +70,9 @@ async def slack_running(app: App, services: Services) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def discord_running(app: App, services: Services) -> AsyncIterator[None]:
+async def discord_running(app: App, services: Services, router: Router) -> AsyncIterator[None]:
     from adapters.discord import build_discord_client, run_discord
+    from adapters.discord.deliver import dm_sender as discord_dm
 
     settings = app.settings
     assert settings.discord_token
@@ -74,6 +82,7 @@ async def discord_running(app: App, services: Services) -> AsyncIterator[None]:
         api_url=settings.discord_api_url,
         gateway_url=settings.discord_gateway_url,
     )
+    router.add("discord", discord_dm(client))
     task = asyncio.create_task(run_discord(client, settings.discord_token))
     try:
         yield
@@ -84,8 +93,26 @@ async def discord_running(app: App, services: Services) -> AsyncIterator[None]:
 
 
 @asynccontextmanager
-async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
+async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOScheduler]:
+    async def scheduler_pass() -> None:
+        report = await tick(app.engine, app.engine.clock(), router)
+        if report.claimed:
+            log.info(
+                "tick: %d claimed, %d sent, %d silent",
+                len(report.claimed),
+                report.sent,
+                report.silent,
+            )
+
     scheduler = AsyncIOScheduler(timezone="UTC")
+    scheduler.add_job(
+        scheduler_pass,
+        "interval",
+        seconds=TICK_SECONDS,
+        id="tick",
+        max_instances=1,
+        coalesce=True,
+    )
     scheduler.add_job(
         app.engine.resume,
         "interval",
@@ -115,12 +142,13 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     resumed = await app.engine.resume()
     if resumed:
         log.info("resumed pending events of %d agents", resumed)
+    router = Router()
     async with AsyncExitStack() as stack:
-        await stack.enter_async_context(scheduler_running(app))
         if settings.discord_token:
-            await stack.enter_async_context(discord_running(app, services))
+            await stack.enter_async_context(discord_running(app, services, router))
         if settings.slack_bot_token:
-            await stack.enter_async_context(slack_running(app, services))
+            await stack.enter_async_context(slack_running(app, services, router))
+        await stack.enter_async_context(scheduler_running(app, router))
         await stop.wait()
         log.info("stopping: no new events; waiting up to %ss for turns in flight", GRACE_SECONDS)
     try:

@@ -242,6 +242,8 @@ async def tick(engine: Engine, now: datetime, deliver: Deliver | None = None) ->
         try:
             await engine.deliver(claim.event_id, send)
             report.sent += 1
+        except LookupError:  # no platform for this tenant: it waits for the member's next chat
+            report.undelivered += 1
         except Exception:
             log.exception("opener for agent %s could not be delivered", claim.scope.agent_id)
             report.undelivered += 1

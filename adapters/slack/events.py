@@ -45,6 +45,16 @@ def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
     return send
 
 
+def dm_sender(client: AsyncWebClient):
+    """Messages the bot starts (openers): a DM to the member."""
+
+    async def send(tenant: str, user: str, text: str) -> None:
+        dm = await client.conversations_open(users=user)
+        await sender(client, dm["channel"]["id"], None)(text)
+
+    return send
+
+
 async def _react(client: AsyncWebClient, add: bool, channel: str, ts: str) -> None:
     try:
         if add:

@@ -1,0 +1,59 @@
+"""Where a message the bot starts goes: routed by the tenant's platform.
+
+`Router` maps tenant-key prefixes (`discord:`, `slack:`) to a platform's DM sender. A tenant
+with no configured platform (e.g. `local`, the terminal) raises LookupError: its openers
+wait in the outbox and show the next time the member chats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from bot.settings import Settings
+
+Send = Callable[[str, str, str], Awaitable[None]]
+
+
+class Router:
+    def __init__(self) -> None:
+        self.routes: dict[str, Send] = {}
+
+    def add(self, platform: str, send: Send) -> None:
+        self.routes[platform] = send
+
+    async def __call__(self, tenant: str, user: str, text: str) -> None:
+        platform = tenant.split(":", 1)[0]
+        send = self.routes.get(platform)
+        if send is None:
+            raise LookupError(f"no platform configured for tenant {tenant!r}")
+        await send(tenant, user, text)
+
+
+@asynccontextmanager
+async def rest_router(settings: Settings) -> AsyncIterator[Router]:
+    """DM senders over the platforms' REST APIs only (no gateway, no socket): for `tick`."""
+    router = Router()
+    async with AsyncExitStack() as stack:
+        if settings.discord_token:
+            import discord
+
+            from adapters.discord.deliver import dm_sender as discord_dm
+
+            if settings.discord_api_url:
+                discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
+            client = discord.Client(intents=discord.Intents.none())
+            await client.login(settings.discord_token)
+            stack.push_async_callback(client.close)
+            router.add("discord", discord_dm(client))
+        if settings.slack_bot_token:
+            from slack_sdk.web.async_client import AsyncWebClient
+
+            from adapters.slack.events import dm_sender as slack_dm
+
+            web = AsyncWebClient(
+                token=settings.slack_bot_token,
+                base_url=settings.slack_api_url or AsyncWebClient.BASE_URL,
+            )
+            router.add("slack", slack_dm(web))
+        yield router

@@ -1,0 +1,66 @@
+"""Operator commands for scheduled interrupts.
+
+companion openers list [--due]      what is scheduled, when (UTC and local) and why
+companion tick [--now ISO-8601]     one scheduler pass, as if at that moment
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import select
+
+from bot.app import App
+from bot.delivery import rest_router
+from core.errors import ConfigError
+from core.models import Agent, Tenant, User
+from core.schedule import plan_for, tick
+
+
+def parse_now(text: str | None) -> datetime:
+    if not text:
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(
+            f"--now must be an ISO-8601 time like 2026-12-01T09:30Z, got {text!r}"
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
+    config = app.engine.mind.config.schedule
+    async with app.sessions() as session:
+        query = (
+            select(Agent, Tenant.key, User.external_id, User.timezone)
+            .join(User, User.id == Agent.user_id)
+            .join(Tenant, Tenant.id == Agent.tenant_id)
+            .where(Agent.next_opener_at.is_not(None))
+            .order_by(Agent.next_opener_at)
+        )
+        if due_only:
+            query = query.where(Agent.next_opener_at <= now)
+        rows = (await session.execute(query)).all()
+        lines = []
+        for agent, tenant, user, zone in rows:
+            plan = await plan_for(session, agent, config)
+            at = agent.next_opener_at
+            local = at.astimezone(ZoneInfo(zone)).strftime("%a %Y-%m-%d %H:%M")
+            state = "due" if at <= now else "scheduled"
+            lines.append(
+                f"{tenant}\t{user}\t{at:%Y-%m-%d %H:%M}Z\t{local} {zone}\t{state}\t{plan.why}"
+            )
+    return lines
+
+
+async def run_tick(app: App, now: datetime) -> str:
+    async with rest_router(app.settings) as router:
+        report = await tick(app.engine, now, router)
+    kinds = [c.purpose for c in report.claimed]
+    return (
+        f"{now:%Y-%m-%d %H:%M}Z: {kinds.count('opener')} openers ({report.sent} sent, "
+        f"{report.silent} silent, {report.undelivered} waiting for the member), "
+        f"{kinds.count('upkeep')} upkeep runs"
+    )

@@ -1,0 +1,77 @@
+"""Operators' view of openers: `companion openers list` and `companion tick --now`,
+end to end through the CLI, delivering on Slack or waiting for a terminal member."""
+
+import asyncio
+from datetime import datetime, timedelta
+
+from tests.conftest import COMPANION, cli_env
+from tests.fake_openai import default_brain, say
+from tests.fake_slack import FakeSlack
+
+
+def opener_brain(body):
+    if "[scheduled interrupt] conversation opener" in str(body["messages"][-1]):
+        system = body["messages"][0]["content"]
+        human = system.split("<human", 1)[1].split(">", 1)[1].split("</human>", 1)[0]
+        fact = human.strip().splitlines()[-1]
+        return say(f"Thinking of you! ({fact})")
+    return default_brain(body)
+
+
+async def companion(env, *args, stdin=b""):
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        *args,
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate(stdin)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+def due_time(listing: str, user: str) -> datetime:
+    line = next(line for line in listing.splitlines() if f"\t{user}\t" in line)
+    return datetime.fromisoformat(line.split("\t")[2].replace("Z", "+00:00"))
+
+
+async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
+    fake.brain = opener_brain
+    env = cli_env(fake, pg_url, schema)
+    await companion(env, "chat", "--user", "ana", stdin=b"remember that I am learning Greek\n")
+    listing = await companion(env, "openers", "list")
+    assert "local\tana\t" in listing and "after their last message" in listing
+    due = due_time(listing, "ana")
+    assert await companion(env, "openers", "list", "--due") == "no openers scheduled\n"
+    now = (due + timedelta(minutes=1)).isoformat()
+    assert "ana" in await companion(env, "openers", "list", "--due", "--now", now)
+    report = await companion(env, "tick", "--now", now)
+    assert "1 openers (0 sent, 0 silent, 1 waiting for the member)" in report
+    shown = await companion(env, "chat", "--user", "ana")
+    assert shown.strip() == "Thinking of you! (I am learning Greek)"
+    again = await companion(env, "tick", "--now", now)
+    assert "0 openers" in again, "the unanswered opener is not repeated"
+
+
+async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
+    fake.brain = opener_brain
+    async with FakeSlack() as api:
+        env = cli_env(fake, pg_url, schema, SLACK_BOT_TOKEN="xoxb-test", SLACK_API_URL=api.base_url)
+        await companion(
+            env,
+            "chat",
+            "--tenant",
+            "slack:T0001",
+            "--user",
+            "U1",
+            stdin=b"remember that my exam is on Monday\n",
+        )
+        due = due_time(await companion(env, "openers", "list"), "U1")
+        report = await companion(env, "tick", "--now", (due + timedelta(minutes=2)).isoformat())
+        assert "1 sent" in report
+        posts = api.called("chat.postMessage")
+        assert [(p["channel"], p["text"]) for p in posts] == [
+            ("DU1", "Thinking of you! (my exam is on Monday)")
+        ]
