@@ -108,15 +108,22 @@ def _pdf_text(data: bytes, name: str) -> str:
     return "\n\n".join(pages)
 
 
-def extract_text(filename: str, data: bytes) -> str:
+def check_upload(filename: str, size: int) -> str:
+    """The file's kind, from its name and size alone (before anyone downloads it)."""
     name = PurePath(filename).name or "the file"
     kind = KINDS.get(PurePath(name).suffix.lower())
     if kind is None:
         allowed = ", ".join(sorted(KINDS))
         raise UploadRejected(f"I can't read {name}: I take {allowed} files")
-    if len(data) > MAX_UPLOAD_BYTES:
+    if size > MAX_UPLOAD_BYTES:
         most = MAX_UPLOAD_BYTES // 1_000_000
-        raise UploadRejected(f"{name} is {len(data) / 1e6:.1f} MB; the most I take is {most} MB")
+        raise UploadRejected(f"{name} is {size / 1e6:.1f} MB; the most I take is {most} MB")
+    return kind
+
+
+def extract_text(filename: str, data: bytes) -> str:
+    name = PurePath(filename).name or "the file"
+    kind = check_upload(name, len(data))
     if kind == "pdf":
         if not data.startswith(b"%PDF"):
             raise UploadRejected(f"{name} is not a PDF")

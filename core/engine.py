@@ -232,7 +232,13 @@ class Engine:
             return list(rows)
 
     async def take_waiting(self, scope: Scope) -> list[str]:
-        """Replies no platform could deliver (e.g. openers for a terminal member), taken."""
+        """Messages the bot started that no platform could deliver (openers for a terminal
+        member), taken. Replies to a member's own messages are left to their sender."""
+        started = select(Event.id).where(
+            Event.tenant_id == scope.tenant_id,
+            Event.agent_id == scope.agent_id,
+            Event.kind == EventKind.SCHEDULED,
+        )
         async with self.sessions() as session, session.begin():
             rows = await session.execute(
                 update(Outbox)
@@ -240,6 +246,7 @@ class Engine:
                     Outbox.tenant_id == scope.tenant_id,
                     Outbox.agent_id == scope.agent_id,
                     Outbox.delivered_at.is_(None),
+                    Outbox.event_id.in_(started),
                 )
                 .values(delivered_at=self.clock())
                 .returning(Outbox.id, Outbox.text)

@@ -127,8 +127,13 @@ class Members:
                 await replan(session, agent, self.config.schedule)
             return {**member.settings, "timezone": member.timezone}
 
-    async def tenant_settings(self, tenant: str, **changes: Any) -> dict[str, Any]:
-        """Read, and with `changes` update, a tenant's settings (e.g. welcome=True)."""
+    async def tenant_settings(
+        self, tenant: str, actor: str | None = None, **changes: Any
+    ) -> dict[str, Any]:
+        """Read, and with `changes` update, a tenant's settings (e.g. welcome=True).
+
+        A change names its `actor`, an admin, and goes to the audit log.
+        """
         async with self.sessions() as session, session.begin():
             row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
             if row is None:
@@ -136,6 +141,10 @@ class Members:
                 session.add(row)
             if changes:
                 row.settings = {**(row.settings or {}), **changes}
+                await session.flush()
+                await self._audit_in(
+                    session, tenant, actor or "operator", "settings", None, changes
+                )
             return dict(row.settings or {})
 
     async def admin_export(self, tenant: str, actor: str, user: str) -> dict[str, Any] | None:
@@ -172,7 +181,7 @@ class Members:
         tenant: str,
         actor: str,
         action: str,
-        target: str,
+        target: str | None,
         detail: dict[str, Any],
     ) -> None:
         tenant_id = await session.scalar(select(Tenant.id).where(Tenant.key == tenant))

@@ -153,7 +153,7 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
         .where(Agent.next_opener_at <= now)
         .order_by(Agent.next_opener_at)
         .limit(config.batch)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
     for agent in list(due):
         tenant, user = await _member(session, agent)
@@ -195,7 +195,7 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
         .where(Agent.next_upkeep_at <= now)
         .order_by(Agent.next_upkeep_at)
         .limit(config.batch)
-        .with_for_update(skip_locked=True)
+        .with_for_update(skip_locked=True, key_share=True)
     )
     for agent in list(upkeep):
         tenant, user = await _member(session, agent)

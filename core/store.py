@@ -32,11 +32,15 @@ class AgentStore:
         return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
 
     async def lock_agent(self) -> Agent:
-        """Row-lock the agent for this transaction: one turn at a time, across processes."""
+        """Row-lock the agent for this transaction: one turn at a time, across processes.
+
+        FOR NO KEY UPDATE, not FOR UPDATE: inserting an event that references the agent
+        (its foreign key takes KEY SHARE) must not wait for the turn to end.
+        """
         agent = await self.session.scalar(
             select(Agent)
             .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
-            .with_for_update()
+            .with_for_update(key_share=True)
         )
         assert agent is not None, f"agent {self.scope.agent_id} vanished"
         return agent

@@ -86,3 +86,29 @@ async def test_stored_before_the_model_is_called(engine, fake, sessions):
     assert stored.status == "pending" and stored.payload["text"] == "are you there?"
     assert await engine.resume() == 1
     assert await engine.take_replies(event_id) == ["You said: are you there?"]
+
+
+async def test_a_busy_agent_still_stores_new_events_at_once(make_engine_for, fake, sessions):
+    """Write first: storing a message never waits for the agent's current turn to end."""
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def brain(body):
+        started.set()
+        await release.wait()
+        return say("done")
+
+    fake.brain = brain
+    busy, other = make_engine_for(), make_engine_for()
+    scope = await busy.agent("t", "u")
+    turn = asyncio.create_task(busy.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "one")))
+    await asyncio.wait_for(started.wait(), 10)
+    event_id = await asyncio.wait_for(
+        other.submit(scope, InboundEvent(EventKind.USER_MESSAGE, "two")), 3
+    )
+    async with sessions() as session:
+        assert (await session.get(Event, event_id)).status == "pending"
+    release.set()
+    await turn  # its drain goes on to the queued "two"
+    async with sessions() as session:
+        assert (await session.get(Event, event_id)).status == "done"

@@ -75,7 +75,7 @@ async def someone_waits(sessions) -> bool:
         waiting = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query ILIKE '%FOR UPDATE%'"
+                "WHERE wait_event_type = 'Lock' AND query ILIKE '%FOR NO KEY UPDATE%'"
             )
         )
     return bool(waiting)

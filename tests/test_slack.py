@@ -294,8 +294,19 @@ async def test_admin_commands_check_the_role_and_are_audited(slack, fake):
     await press(app, api, button["action_id"], button["value"], user="UOPS")
     fresh = await members.view(f"slack:{TEAM}", "U2")
     assert fresh.messages == 0 and "kites" not in str(fresh.blocks)
+    assert "off" in (await command(app, api, "admin welcome off", user="UADMIN"))["text"]
+    assert NOT_ADMIN == (await command(app, api, "admin welcome on", user="U1"))["text"]
+    assert not await app_services(members).welcome_enabled(f"slack:{TEAM}")
     log = [(e.actor, e.action, e.target) for e in await members.audit_log(f"slack:{TEAM}")]
-    assert log == [("UOPS", "reset", "U2"), ("UADMIN", "export", "U2")]
+    assert log == [
+        ("UADMIN", "settings", None),
+        ("UOPS", "reset", "U2"),
+        ("UADMIN", "export", "U2"),
+    ]
+
+
+def app_services(members):
+    return Services(None, members)  # type: ignore[arg-type]  (only settings are read)
 
 
 async def test_app_home_shows_working_context(slack, fake):

@@ -84,7 +84,7 @@ async def _admin(
         return
     action = words[0] if words else ""
     if action == "welcome" and len(words) > 1 and words[1] in ("on", "off"):
-        await services.members.tenant_settings(tenant, welcome=words[1] == "on")
+        await services.members.tenant_settings(tenant, actor=actor, welcome=words[1] == "on")
         await respond(f"Welcome messages are {words[1]}.")
         return
     target = MENTION.search(" ".join(words[1:]))

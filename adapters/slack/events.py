@@ -19,7 +19,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import WELCOME_EVENT, Services
 from adapters.text import split_message, to_slack_mrkdwn
-from core.documents import KINDS, MAX_UPLOAD_BYTES, UploadRejected
+from core.documents import MAX_UPLOAD_BYTES, UploadRejected, check_upload
 from core.events import EventKind, InboundEvent
 
 log = logging.getLogger(__name__)
@@ -83,14 +83,8 @@ async def _handle_files(
 ) -> None:
     for file in event.get("files") or []:
         name = file.get("name") or "file"
-        suffix = ("." + name.rsplit(".", 1)[-1].lower()) if "." in name else ""
         try:
-            if suffix not in KINDS:
-                raise UploadRejected(
-                    f"I can't read {name}: I take {', '.join(sorted(KINDS))} files"
-                )
-            if int(file.get("size") or 0) > MAX_UPLOAD_BYTES:
-                raise UploadRejected(f"{name} is over {MAX_UPLOAD_BYTES // 1_000_000} MB")
+            check_upload(name, int(file.get("size") or 0))
             data = await _download(file, token)
             await services.engine.upload(
                 scope, name, data, dedup_key=f"slack:file:{file.get('id')}", send=send

@@ -1,0 +1,42 @@
+"""Discord: a discord.py client whose handlers turn gateway events into engine events.
+
+    client.py     the client: intents, DMs / mentions / replies, member joins, tenant lookup
+    messages.py   one message into the author's events (files, then text); replies back
+    commands.py   slash commands: /memory, /openers, /quiet-hours, /timezone, /admin
+
+The composition root builds the client with `build_discord_client` and runs it with
+`run_discord`. `api_url` (DISCORD_API_URL) and `gateway_url` (DISCORD_GATEWAY_URL) point
+discord.py at another REST API and gateway, e.g. a local fake in tests or a proxy.
+"""
+
+from __future__ import annotations
+
+import discord
+import yarl
+
+from adapters.common import Services
+from adapters.discord.client import CompanionClient
+
+__all__ = ["CompanionClient", "build_discord_client", "run_discord"]
+
+
+def build_discord_client(
+    services: Services,
+    *,
+    home_guild_id: int | None = None,
+    api_url: str | None = None,
+    gateway_url: str | None = None,
+) -> discord.Client:
+    """The client; DMs go to `home_guild_id`'s tenant (default: the only server it is in)."""
+    # Both are class-level in discord.py: they apply to every client in this process.
+    if api_url:
+        discord.http.Route.BASE = api_url.rstrip("/")
+    if gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+    return CompanionClient(services, home_guild_id=home_guild_id)
+
+
+async def run_discord(client: discord.Client, token: str) -> None:
+    """Log in, connect and serve until the client is closed; closes it on the way out."""
+    async with client:
+        await client.start(token)

@@ -1,0 +1,288 @@
+"""Slash commands: members manage their own memory, admins anyone's.
+
+    /memory show | export | forget        the member's own working context, file, erasure
+    /openers on|off, /quiet-hours, /timezone      the member's opener settings
+    /admin export | reset <member>, /admin welcome <enabled>      admins only
+
+Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
+Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
+permissions), or a configured admin id; it is checked here on every invocation and again on
+the confirming click. `default_permissions` merely hides the group from others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import logging
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import TYPE_CHECKING, Any, Literal, cast
+from zoneinfo import available_timezones
+
+import discord
+from discord import app_commands
+
+from adapters.common import (
+    FORGET_ASK,
+    FORGET_DONE,
+    NOT_ADMIN,
+    NOTHING_YET,
+    Services,
+    export_bytes,
+    memory_text,
+)
+from adapters.discord.messages import DISCORD_LIMIT, SORRY
+from adapters.text import split_message
+from core.members import BadSetting
+
+if TYPE_CHECKING:
+    from adapters.discord.client import CompanionClient
+
+log = logging.getLogger(__name__)
+
+NOT_YOURS = "That button belongs to someone else."
+CANCELLED = "Cancelled: nothing was erased."
+LAPSED = "No answer, so nothing was erased."
+TOO_BIG = "That memory is too large to send here; ask the operator to run `companion export`."
+Action = Callable[[discord.Interaction], Awaitable[str]]
+Someone = discord.Member | discord.User  # a member who left can still be exported or reset
+
+
+def is_admin(interaction: discord.Interaction, admin_ids: frozenset[str]) -> bool:
+    """Manage Server (or Administrator) in this server, or a configured admin id."""
+    if str(interaction.user.id) in admin_ids:
+        return True
+    if interaction.guild_id is None or not isinstance(interaction.user, discord.Member):
+        return False
+    permissions = interaction.permissions  # computed by Discord for this interaction
+    return permissions.manage_guild or permissions.administrator
+
+
+def _where(interaction: discord.Interaction) -> tuple[Services, str]:
+    client = cast("CompanionClient", interaction.client)
+    return client.services, client.tenant_for(interaction.guild_id)
+
+
+async def _say(interaction: discord.Interaction, text: str, **extra: Any) -> None:
+    """An ephemeral answer in parts of at most 2000 characters."""
+    parts = split_message(text, DISCORD_LIMIT) or [text]
+    for i, part in enumerate(parts):
+        last = {**extra} if i == len(parts) - 1 else {}
+        if interaction.response.is_done():
+            await interaction.followup.send(part, ephemeral=True, **last)
+        else:
+            await interaction.response.send_message(part, ephemeral=True, **last)
+
+
+async def _send_export(interaction: discord.Interaction, doc: dict[str, Any], name: str) -> None:
+    data = export_bytes(doc)
+    if len(data) > interaction.filesize_limit:
+        data, name = gzip.compress(data), f"{name}.gz"
+    if len(data) > interaction.filesize_limit:
+        await _say(interaction, TOO_BIG)
+        return
+    file = discord.File(io.BytesIO(data), filename=name)
+    await interaction.followup.send(f"Here it is: `{name}`.", file=file, ephemeral=True)
+
+
+class Confirm(discord.ui.View):
+    """Erase or cancel; only the person who asked may press, and the action says what it did."""
+
+    WAIT = 300.0  # seconds until the question lapses and nothing happens
+
+    def __init__(self, asked: discord.Interaction, label: str, action: Action) -> None:
+        super().__init__(timeout=self.WAIT)
+        self.asked = asked
+        self.action = action
+        self.confirm.label = label
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        if interaction.user.id == self.asked.user.id:
+            return True
+        await interaction.response.send_message(NOT_YOURS, ephemeral=True)
+        return False
+
+    @discord.ui.button(label="Erase", style=discord.ButtonStyle.danger)
+    async def confirm(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.stop()
+        await interaction.response.defer()
+        text = await self.action(interaction)
+        await interaction.edit_original_response(content=text, view=None)
+
+    @discord.ui.button(label="Cancel", style=discord.ButtonStyle.secondary)
+    async def cancel(self, interaction: discord.Interaction, button: discord.ui.Button) -> None:
+        self.stop()
+        await interaction.response.edit_message(content=CANCELLED, view=None)
+
+    async def on_timeout(self) -> None:
+        with contextlib.suppress(discord.HTTPException):
+            await self.asked.edit_original_response(content=LAPSED, view=None)
+
+    async def on_error(
+        self, interaction: discord.Interaction, error: Exception, item: discord.ui.Item[Any]
+    ) -> None:
+        log.error("confirmation by %s failed", interaction.user.id, exc_info=error)
+        with contextlib.suppress(discord.HTTPException):
+            await _say(interaction, SORRY)
+
+
+class MemoryCommands(app_commands.Group, name="memory", description="What I remember about you"):
+    @app_commands.command(description="Show what I remember about you")
+    async def show(self, interaction: discord.Interaction) -> None:
+        services, tenant = _where(interaction)
+        view = await services.members.view(tenant, str(interaction.user.id))
+        await _say(interaction, memory_text(view))
+
+    @app_commands.command(description="Send you everything I remember about you, as a JSON file")
+    async def export(self, interaction: discord.Interaction) -> None:
+        services, tenant = _where(interaction)
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        doc = await services.members.export(tenant, str(interaction.user.id))
+        if doc is None:
+            await _say(interaction, NOTHING_YET)
+            return
+        await _send_export(interaction, doc, f"memory-{interaction.user.id}.json")
+
+    @app_commands.command(description="Erase everything I remember about you, for good")
+    async def forget(self, interaction: discord.Interaction) -> None:
+        services, tenant = _where(interaction)
+        user = str(interaction.user.id)
+
+        async def erase(click: discord.Interaction) -> str:
+            return FORGET_DONE if await services.members.forget(tenant, user) else NOTHING_YET
+
+        await _say(interaction, FORGET_ASK, view=Confirm(interaction, "Erase", erase))
+
+
+@app_commands.guild_only()
+@app_commands.allowed_contexts(guilds=True, dms=False, private_channels=False)
+class AdminCommands(
+    app_commands.Group,
+    name="admin",
+    description="Community admins: members' memory and welcomes",
+    default_permissions=discord.Permissions(manage_guild=True),
+):
+    async def refused(self, interaction: discord.Interaction, services: Services) -> bool:
+        if is_admin(interaction, services.admin_ids):
+            return False
+        log.warning(
+            "user %s is not an admin of guild %s", interaction.user.id, interaction.guild_id
+        )
+        await _say(interaction, NOT_ADMIN)
+        return True
+
+    @app_commands.command(description="Send yourself a member's whole memory as a JSON file")
+    @app_commands.describe(member="Whose memory")
+    async def export(self, interaction: discord.Interaction, member: Someone) -> None:
+        services, tenant = _where(interaction)
+        if await self.refused(interaction, services):
+            return
+        await interaction.response.defer(ephemeral=True, thinking=True)
+        actor = str(interaction.user.id)
+        doc = await services.members.admin_export(tenant, actor, str(member.id))
+        if doc is None:
+            await _say(interaction, f"I have no memory of {member.display_name}.")
+            return
+        await _send_export(interaction, doc, f"memory-{member.id}.json")
+
+    @app_commands.command(description="Erase a member's whole memory, for good")
+    @app_commands.describe(member="Whose memory")
+    async def reset(self, interaction: discord.Interaction, member: Someone) -> None:
+        services, tenant = _where(interaction)
+        if await self.refused(interaction, services):
+            return
+        name = member.display_name
+
+        async def erase(click: discord.Interaction) -> str:
+            if not is_admin(click, services.admin_ids):  # rights may have changed meanwhile
+                return NOT_ADMIN
+            found = await services.members.admin_reset(tenant, str(click.user.id), str(member.id))
+            return f"Done: {name}'s memory is erased." if found else f"I had no memory of {name}."
+
+        ask = f"This erases everything I remember about {name}, for good. Are you sure?"
+        await _say(interaction, ask, view=Confirm(interaction, "Erase", erase))
+
+    @app_commands.command(description="Whether new members get a welcome by DM")
+    @app_commands.describe(enabled="True: new members get a welcome; False: they don't")
+    async def welcome(self, interaction: discord.Interaction, enabled: bool) -> None:
+        services, tenant = _where(interaction)
+        if await self.refused(interaction, services):
+            return
+        await services.members.tenant_settings(
+            tenant, actor=str(interaction.user.id), welcome=enabled
+        )
+        state = "now get a welcome by DM" if enabled else "no longer get a welcome"
+        await _say(interaction, f"New members {state}.")
+
+
+async def _setting(interaction: discord.Interaction, **change: Any) -> dict[str, Any] | None:
+    services, tenant = _where(interaction)
+    try:
+        return await services.members.settings(tenant, str(interaction.user.id), **change)
+    except BadSetting as error:
+        await _say(interaction, f"That didn't work: {error}.")
+        return None
+
+
+@app_commands.describe(setting="on: I may write to you first now and then; off: I only answer")
+async def openers(interaction: discord.Interaction, setting: Literal["on", "off"]) -> None:
+    if await _setting(interaction, openers=setting == "on") is not None:
+        what = "I may start a conversation now and then" if setting == "on" else "I only answer"
+        await _say(interaction, f"Openers {setting}: {what}.")
+
+
+@app_commands.describe(hours="For example 22:00-09:00, in your time zone")
+async def quiet_hours(interaction: discord.Interaction, hours: str) -> None:
+    saved = await _setting(interaction, quiet_hours=hours)
+    if saved is not None:
+        span, zone = saved["quiet_hours"], saved["timezone"]
+        await _say(interaction, f"Quiet hours {span} ({zone}): I won't start conversations then.")
+
+
+@cache
+def _zones() -> list[str]:
+    return sorted(available_timezones())
+
+
+async def _zone_choices(
+    interaction: discord.Interaction, current: str
+) -> list[app_commands.Choice[str]]:
+    needle = current.strip().lower().replace(" ", "_")
+    names = [name for name in _zones() if needle in name.lower()][:25]
+    return [app_commands.Choice(name=name, value=name) for name in names]
+
+
+@app_commands.describe(zone="For example Europe/Berlin")
+@app_commands.autocomplete(zone=_zone_choices)
+async def timezone(interaction: discord.Interaction, zone: str) -> None:
+    saved = await _setting(interaction, timezone=zone)
+    if saved is not None:
+        await _say(interaction, f"Your time zone is now {saved['timezone']}.")
+
+
+class CompanionTree(app_commands.CommandTree):
+    async def on_error(
+        self, interaction: discord.Interaction, error: app_commands.AppCommandError
+    ) -> None:
+        name = interaction.command.qualified_name if interaction.command else "?"
+        log.error("/%s by %s failed", name, interaction.user.id, exc_info=error)
+        try:
+            await _say(interaction, SORRY)
+        except discord.HTTPException:
+            log.warning("could not apologise for /%s", name)
+
+
+def add_commands(tree: app_commands.CommandTree) -> None:
+    """A fresh set of commands for this tree (no command object is shared between clients)."""
+    tree.add_command(MemoryCommands())
+    tree.add_command(AdminCommands())
+    for name, callback, description in (
+        ("openers", openers, "Whether I may start conversations with you"),
+        ("quiet-hours", quiet_hours, "Hours when I never start a conversation"),
+        ("timezone", timezone, "Your time zone, for quiet hours"),
+    ):
+        tree.add_command(
+            app_commands.Command(name=name, description=description, callback=callback)
+        )

@@ -1,0 +1,479 @@
+"""A local server that plays Discord's REST API, and gateway payloads as Discord sends them.
+
+The real discord.py client logs in against `FakeDiscord.api_url` and makes real HTTP calls;
+every request is recorded as a `Call` (method, path below the API root, JSON body, or the
+`payload_json` and files of a multipart body). It answers what the adapter needs: the bot
+user and application, typing, messages (given ids, echoed back), DM channels (403 for users
+in `closed_dms`), interaction callbacks (`with_response` shape), webhook follow-ups and
+edits, command sync, and attachment downloads from `files`.
+
+The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
+GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+_ids = itertools.count(1_300_000_000_000_000_001)
+WHEN = "2026-03-01T12:00:00.000000+00:00"
+MANAGE_GUILD = 0x20
+EPHEMERAL = 64
+
+
+def snowflake() -> int:
+    return next(_ids)
+
+
+@dataclass
+class Call:
+    method: str
+    path: str  # below /api/v10, e.g. /channels/123/messages
+    body: Any = None
+    files: dict[str, bytes] = field(default_factory=dict)  # file name -> content
+
+
+class FakeDiscord:
+    def __init__(self, bot: dict[str, Any], application_id: int) -> None:
+        self.bot = bot
+        self.application_id = application_id
+        self.calls: list[Call] = []
+        self.files: dict[str, bytes] = {}
+        self.closed_dms: set[int] = set()
+        self.dm_channels: dict[int, int] = {}  # user id -> DM channel id
+        self.shown: dict[int, dict[str, Any]] = {}  # interaction id -> the message it showed
+        self._changed = asyncio.Condition()
+        self._runner: web.AppRunner | None = None
+        self.root = ""
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.root}/api/v10"
+
+    def file_url(self, name: str) -> str:
+        return f"{self.root}/attachments/{name}"
+
+    # What tests read
+
+    def find(self, method: str, pattern: str) -> list[Call]:
+        return [c for c in self.calls if c.method == method and re.fullmatch(pattern, c.path)]
+
+    def sent(self, channel_id: int) -> list[Call]:
+        return self.find("POST", f"/channels/{channel_id}/messages")
+
+    def texts(self, channel_id: int) -> list[str]:
+        return [c.body["content"] for c in self.sent(channel_id)]
+
+    def callbacks(self, interaction: dict[str, Any]) -> list[Call]:
+        return self.find(
+            "POST", f"/interactions/{interaction['id']}/{interaction['token']}/callback"
+        )
+
+    def followups(self, interaction: dict[str, Any]) -> list[Call]:
+        return self.find("POST", f"/webhooks/{self.application_id}/{interaction['token']}")
+
+    def edits(self, interaction: dict[str, Any]) -> list[Call]:
+        path = f"/webhooks/{self.application_id}/{interaction['token']}/messages/@original"
+        return self.find("PATCH", path)
+
+    async def wait_for(self, check: Callable[[], Any], within: float = 10.0) -> Any:
+        async def until() -> Any:
+            async with self._changed:
+                while not (result := check()):
+                    await self._changed.wait()
+                return result
+
+        return await asyncio.wait_for(until(), within)
+
+    # The server
+
+    async def _record(self, request: web.Request) -> Call:
+        path = request.path.removeprefix("/api/v10")
+        call = Call(request.method, path)
+        if request.content_type.startswith("multipart/"):
+            reader = await request.multipart()
+            async for part in reader:
+                if part.name == "payload_json":
+                    call.body = json.loads(await part.text())
+                elif part.filename:
+                    call.files[part.filename] = bytes(await part.read())
+        elif request.can_read_body:
+            call.body = await request.json()
+        return call
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        call = await self._record(request)
+        response = self._answer(call)
+        self.calls.append(call)
+        async with self._changed:
+            self._changed.notify_all()
+        return response
+
+    def _answer(self, call: Call) -> web.StreamResponse:
+        method, path, body = call.method, call.path, call.body or {}
+        if path.startswith("/attachments/"):
+            data = self.files.get(path.removeprefix("/attachments/"))
+            return web.Response(body=data) if data is not None else _error(404, 10003)
+        if (method, path) == ("GET", "/users/@me"):
+            return _json(self.bot)
+        if (method, path) == ("GET", "/oauth2/applications/@me"):
+            return _json(self._application())
+        if (method, path) == ("POST", "/users/@me/channels"):
+            user_id = int(body["recipient_id"])
+            channel_id = self.dm_channels.setdefault(user_id, snowflake())
+            recipient = user(user_id, f"user{user_id}")
+            return _json({"id": str(channel_id), "type": 1, "recipients": [recipient]})
+        if match := re.fullmatch(r"/channels/(\d+)/typing", path):
+            return web.Response(status=204)
+        if match := re.fullmatch(r"/channels/(\d+)/messages", path):
+            channel_id = int(match[1])
+            if any(self.dm_channels.get(u) == channel_id for u in self.closed_dms):
+                return _error(403, 50007, "Cannot send messages to this user")
+            return _json(self._message(channel_id, body))
+        if match := re.fullmatch(r"/interactions/(\d+)/([^/]+)/callback", path):
+            return _json(self._callback(int(match[1]), body))
+        if re.fullmatch(r"/webhooks/\d+/[^/]+(/messages/@original)?", path):
+            return _json(self._message(snowflake(), body))
+        if match := re.fullmatch(r"/applications/\d+/commands", path):
+            commands = [self._command(c) for c in body] if method == "PUT" else []
+            return _json(commands)
+        return _error(404, 0, f"the fake has no route for {method} {path}")
+
+    def _application(self) -> dict[str, Any]:
+        return {
+            "id": str(self.application_id),
+            "name": self.bot["username"],
+            "description": "",
+            "icon": None,
+            "bot_public": True,
+            "bot_require_code_grant": False,
+            "owner": user(snowflake(), "owner"),
+            "verify_key": "0" * 64,
+            "flags": 0,
+        }
+
+    def _message(self, channel_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        payload = message(self.bot, channel_id, body.get("content") or "")
+        payload["flags"] = body.get("flags", 0)
+        if "message_reference" in body:
+            payload["message_reference"] = body["message_reference"]
+        return payload
+
+    def _callback(self, interaction_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        kind = body["type"]
+        data = body.get("data") or {}
+        answer: dict[str, Any] = {
+            "interaction": {
+                "id": str(interaction_id),
+                "type": 2,
+                "response_message_loading": kind == 5,
+                "response_message_ephemeral": bool(data.get("flags", 0) & EPHEMERAL),
+            }
+        }
+        if kind in (4, 5):  # a new message: the answer, or "thinking..."
+            reply = message(self.bot, snowflake(), data.get("content") or "")
+            reply["flags"] = data.get("flags", 0)
+            reply["components"] = data.get("components", [])
+            answer["interaction"]["response_message_id"] = reply["id"]
+            self.shown[interaction_id] = reply
+            answer["resource"] = {"type": kind, "message": reply}
+        return answer
+
+    def _command(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **command,
+            "id": str(snowflake()),
+            "application_id": str(self.application_id),
+            "version": "1",
+        }
+
+    async def __aenter__(self) -> FakeDiscord:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.root = f"http://127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    """JSON as Discord sends it: discord.py wants exactly `application/json`, no charset."""
+    body = json.dumps(data).encode()
+    return web.Response(body=body, status=status, headers={"Content-Type": "application/json"})
+
+
+def _error(status: int, code: int, text: str = "Unknown") -> web.Response:
+    return _json({"message": text, "code": code}, status=status)
+
+
+# Gateway payloads
+
+
+def user(user_id: int, name: str, bot: bool = False) -> dict[str, Any]:
+    return {
+        "id": str(user_id),
+        "username": name.lower(),
+        "global_name": name,
+        "discriminator": "0",
+        "avatar": None,
+        "bot": bot,
+    }
+
+
+def member(
+    user_id: int, name: str, roles: list[int] | None = None, permissions: int | None = None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "user": user(user_id, name),
+        "nick": None,
+        "roles": [str(r) for r in roles or []],
+        "joined_at": WHEN,
+        "deaf": False,
+        "mute": False,
+        "flags": 0,
+    }
+    if permissions is not None:  # only in interactions: what Discord computed for the channel
+        payload["permissions"] = str(permissions)
+    return payload
+
+
+def role(role_id: int, name: str, permissions: int = 0, bot_id: int | None = None) -> dict:
+    payload: dict[str, Any] = {
+        "id": str(role_id),
+        "name": name,
+        "color": 0,
+        "hoist": False,
+        "position": 0 if bot_id is None else 1,
+        "permissions": str(permissions),
+        "managed": bot_id is not None,
+        "mentionable": False,
+        "flags": 0,
+    }
+    if bot_id is not None:
+        payload["tags"] = {"bot_id": str(bot_id)}
+    return payload
+
+
+def ready(bot: dict[str, Any], application_id: int, guild_ids: list[int]) -> dict[str, Any]:
+    return {
+        "v": 10,
+        "user": bot,
+        "guilds": [{"id": str(g), "unavailable": True} for g in guild_ids],
+        "session_id": "fake-session",
+        "resume_gateway_url": "wss://127.0.0.1/",
+        "application": {"id": str(application_id), "flags": 0},
+    }
+
+
+def guild(
+    guild_id: int,
+    owner_id: int,
+    channels: list[dict[str, Any]],
+    threads: list[dict[str, Any]],
+    members: list[dict[str, Any]],
+    roles: list[dict[str, Any]],
+) -> dict[str, Any]:
+    return {
+        "id": str(guild_id),
+        "name": "Harbour",
+        "icon": None,
+        "owner_id": str(owner_id),
+        "roles": [role(guild_id, "@everyone", permissions=0x400 | 0x800), *roles],
+        "emojis": [],
+        "stickers": [],
+        "features": [],
+        "channels": channels,
+        "threads": threads,
+        "members": members,
+        "member_count": len(members),
+        "presences": [],
+        "voice_states": [],
+        "large": False,
+        "unavailable": False,
+        "joined_at": WHEN,
+        "mfa_level": 0,
+        "verification_level": 0,
+        "premium_tier": 0,
+        "preferred_locale": "en-US",
+    }
+
+
+def text_channel(channel_id: int, guild_id: int, name: str) -> dict[str, Any]:
+    return {
+        "id": str(channel_id),
+        "type": 0,
+        "guild_id": str(guild_id),
+        "name": name,
+        "position": 0,
+        "permission_overwrites": [],
+        "nsfw": False,
+        "parent_id": None,
+    }
+
+
+def thread(thread_id: int, guild_id: int, parent_id: int, owner_id: int) -> dict[str, Any]:
+    return {
+        "id": str(thread_id),
+        "type": 11,
+        "guild_id": str(guild_id),
+        "parent_id": str(parent_id),
+        "owner_id": str(owner_id),
+        "name": "boat talk",
+        "message_count": 1,
+        "member_count": 2,
+        "rate_limit_per_user": 0,
+        "thread_metadata": {
+            "archived": False,
+            "auto_archive_duration": 1440,
+            "archive_timestamp": WHEN,
+            "locked": False,
+        },
+    }
+
+
+def message(
+    author: dict[str, Any],
+    channel_id: int,
+    content: str,
+    *,
+    guild_id: int | None = None,
+    author_member: dict[str, Any] | None = None,
+    mentions: list[dict[str, Any]] | None = None,
+    attachments: list[dict[str, Any]] | None = None,
+    replying_to: dict[str, Any] | None = None,
+    kind: int = 0,
+    message_id: int | None = None,
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "id": str(message_id or snowflake()),
+        "channel_id": str(channel_id),
+        "author": author,
+        "content": content,
+        "timestamp": WHEN,
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": mentions or [],
+        "mention_roles": [],
+        "attachments": attachments or [],
+        "embeds": [],
+        "pinned": False,
+        "type": kind,
+        "flags": 0,
+    }
+    if guild_id is not None:
+        payload["guild_id"] = str(guild_id)
+        if author_member is not None:
+            payload["member"] = {k: v for k, v in author_member.items() if k != "user"}
+    if replying_to is not None:
+        payload["type"] = 19
+        payload["message_reference"] = {
+            "type": 0,
+            "message_id": replying_to["id"],
+            "channel_id": replying_to["channel_id"],
+            "guild_id": str(guild_id) if guild_id else None,
+        }
+        payload["referenced_message"] = replying_to
+    return payload
+
+
+def attachment(url: str, filename: str, size: int) -> dict[str, Any]:
+    return {
+        "id": str(snowflake()),
+        "filename": filename,
+        "size": size,
+        "url": url,
+        "proxy_url": url,
+        "content_type": "application/octet-stream",
+    }
+
+
+def member_add(guild_id: int, joined: dict[str, Any]) -> dict[str, Any]:
+    return {**joined, "guild_id": str(guild_id)}
+
+
+def _interaction(
+    application_id: int,
+    kind: int,
+    data: dict[str, Any],
+    who: dict[str, Any],
+    guild_id: int | None,
+    channel_id: int,
+) -> dict[str, Any]:
+    interaction_id = snowflake()
+    payload: dict[str, Any] = {
+        "id": str(interaction_id),
+        "application_id": str(application_id),
+        "type": kind,
+        "data": data,
+        "token": f"token-{interaction_id}",
+        "version": 1,
+        "locale": "en-US",
+        "app_permissions": "0",
+        "entitlements": [],
+        "attachment_size_limit": 10 * 1024 * 1024,
+        "channel_id": str(channel_id),
+    }
+    if guild_id is not None:
+        payload.update(guild_id=str(guild_id), member=who, context=0, guild_locale="en-US")
+        payload["channel"] = text_channel(channel_id, guild_id, "general")
+        payload["authorizing_integration_owners"] = {"0": str(guild_id)}
+    else:
+        payload.update(user=who, context=1)
+        payload["channel"] = {"id": str(channel_id), "type": 1}
+        payload["authorizing_integration_owners"] = {"0": who["id"]}
+    return payload
+
+
+def command(
+    application_id: int,
+    who: dict[str, Any],
+    name: str,
+    options: list[dict[str, Any]],
+    *,
+    guild_id: int | None,
+    channel_id: int,
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An APPLICATION_COMMAND interaction; `who` is a member (in a server) or a user (DM)."""
+    data: dict[str, Any] = {"id": str(snowflake()), "name": name, "type": 1, "options": options}
+    if resolved:
+        data["resolved"] = resolved
+    return _interaction(application_id, 2, data, who, guild_id, channel_id)
+
+
+def subcommand(name: str, **values: tuple[int, Any]) -> dict[str, Any]:
+    """A subcommand option; `values` maps option name -> (option type, value)."""
+    options = [{"name": k, "type": t, "value": v} for k, (t, v) in values.items()]
+    return {"name": name, "type": 1, "options": options}
+
+
+def button_click(
+    application_id: int,
+    who: dict[str, Any],
+    shown: dict[str, Any],
+    custom_id: str,
+    *,
+    guild_id: int | None,
+    channel_id: int,
+) -> dict[str, Any]:
+    """A MESSAGE_COMPONENT interaction: `who` pressed the button `custom_id` on `shown`."""
+    data = {"custom_id": custom_id, "component_type": 2}
+    payload = _interaction(application_id, 3, data, who, guild_id, channel_id)
+    payload["message"] = shown
+    return payload

@@ -1,0 +1,618 @@
+"""The Discord adapter, driven by Discord's own gateway payloads against a fake REST API.
+
+The real discord.py client logs in to `FakeDiscord`, is fed READY, GUILD_CREATE,
+MESSAGE_CREATE, GUILD_MEMBER_ADD and INTERACTION_CREATE dicts, and everything it sends back
+(typing, messages, interaction callbacks, files) is read from the fake's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import discord
+import pytest
+from sqlalchemy import select
+
+from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
+from adapters.discord import build_discord_client
+from adapters.discord.client import CompanionClient
+from adapters.discord.commands import LAPSED, Confirm
+from core.config import EngineConfig
+from core.documents import MAX_UPLOAD_BYTES
+from core.members import Members
+from core.models import Passage
+from tests.fake_discord import (
+    EPHEMERAL,
+    MANAGE_GUILD,
+    FakeDiscord,
+    attachment,
+    button_click,
+    command,
+    guild,
+    member,
+    member_add,
+    message,
+    ready,
+    role,
+    subcommand,
+    text_channel,
+    thread,
+    user,
+)
+from tests.fake_openai import is_summary_request, say, summary_of
+
+GUILD = 1_100_000_000_000_000_001
+GENERAL = 1_100_000_000_000_000_002
+THREAD = 1_100_000_000_000_000_003
+DM = 1_100_000_000_000_000_004  # Ann's DM channel with the bot
+BOT_ID = 1_100_000_000_000_000_010
+APP_ID = 1_100_000_000_000_000_011
+BOT_ROLE = 1_100_000_000_000_000_012
+MOD_ROLE = 1_100_000_000_000_000_013
+ANN = 1_100_000_000_000_000_020
+BOB = 1_100_000_000_000_000_021
+MOD = 1_100_000_000_000_000_022  # has Manage Server
+OPERATOR = 1_100_000_000_000_000_023  # in COMPANION_ADMIN_IDS, no Discord role
+OWNER = 1_100_000_000_000_000_024
+NAMES = {ANN: "Ann", BOB: "Bob", MOD: "Mo", OPERATOR: "Op", OWNER: "Olga", BOT_ID: "Companion"}
+TENANT = f"discord:{GUILD}"
+BOT = user(BOT_ID, "Companion", bot=True)
+HANDLER_TASKS = ("discord.py: ", "CommandTree-invoker", "discord-ui-view-dispatch")
+STRING, USER, BOOLEAN = 3, 6, 5
+
+
+async def settle(within: float = 15.0) -> None:
+    """Wait until every event handler, command and button callback has finished."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        pending = [
+            t
+            for t in asyncio.all_tasks()
+            if t.get_name().startswith(HANDLER_TASKS) and not t.done()
+        ]
+        if not pending:
+            return
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError(f"handlers still running: {pending}")
+        await asyncio.wait(pending, timeout=left)
+
+
+def guild_member(user_id: int, **extra: Any) -> dict[str, Any]:
+    return member(user_id, NAMES[user_id], **extra)
+
+
+@dataclass
+class Bot:
+    client: CompanionClient
+    api: FakeDiscord
+    members: Members
+
+    @property
+    def state(self) -> Any:
+        return self.client._connection
+
+    async def say(
+        self, author: int, content: str, channel: int = GENERAL, **extra: Any
+    ) -> dict[str, Any]:
+        """Someone posts a message (in the server, or in Ann's DM when channel=DM)."""
+        who = extra.pop("author_payload", None) or user(author, NAMES[author])
+        if channel == DM:
+            payload = message(who, DM, content, **extra)
+        else:
+            if "author_member" not in extra:
+                extra["author_member"] = guild_member(author)
+            payload = message(who, channel, content, guild_id=GUILD, **extra)
+        self.state.parse_message_create(payload)
+        await settle()
+        return payload
+
+    async def mention(self, author: int, text: str, channel: int = GENERAL, **extra: Any) -> dict:
+        extra.setdefault("mentions", [BOT])
+        return await self.say(author, f"<@{BOT_ID}> {text}", channel, **extra)
+
+    async def slash(
+        self, who: int, name: str, *options: dict, permissions: int = 0, in_dm: bool = False, **kw
+    ) -> dict[str, Any]:
+        if in_dm:
+            payload = command(
+                APP_ID, user(who, NAMES[who]), name, list(options), guild_id=None, channel_id=DM
+            )
+        else:
+            caller = guild_member(who, permissions=permissions)
+            payload = command(
+                APP_ID, caller, name, list(options), guild_id=GUILD, channel_id=GENERAL, **kw
+            )
+        self.state.parse_interaction_create(payload)
+        await settle()
+        return payload
+
+    async def click(
+        self, who: int, asked: dict[str, Any], label: str, permissions: int = 0
+    ) -> dict[str, Any]:
+        """`who` presses the button labelled `label` on what the command `asked` showed."""
+        shown = self.api.shown[int(asked["id"])]
+        buttons = [c for row in shown["components"] for c in row["components"]]
+        custom_id = next(b["custom_id"] for b in buttons if b["label"] == label)
+        caller = guild_member(who, permissions=permissions)
+        payload = button_click(APP_ID, caller, shown, custom_id, guild_id=GUILD, channel_id=GENERAL)
+        self.state.parse_interaction_create(payload)
+        await settle()
+        return payload
+
+    def answers(self, interaction: dict[str, Any]) -> list[str]:
+        """Everything the interaction showed: its callback, follow-ups and edits."""
+        bodies = [c.body.get("data") or {} for c in self.api.callbacks(interaction)]
+        bodies += [c.body for c in self.api.followups(interaction) + self.api.edits(interaction)]
+        return [body.get("content") or "" for body in bodies]
+
+
+def resolved_member(user_id: int) -> dict[str, Any]:
+    as_member = {k: v for k, v in guild_member(user_id).items() if k != "user"}
+    return {
+        "users": {str(user_id): user(user_id, NAMES[user_id])},
+        "members": {str(user_id): as_member},
+    }
+
+
+@pytest.fixture
+async def api():
+    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+    async with FakeDiscord(BOT, APP_ID) as server:
+        server.dm_channels[ANN] = DM
+        yield server
+    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
+
+
+@pytest.fixture
+def members(sessions, clock) -> Members:
+    return Members(sessions, EngineConfig(), clock)
+
+
+@pytest.fixture
+async def bot(engine, members, api):
+    services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}))
+    client = build_discord_client(
+        services, api_url=api.api_url, gateway_url="ws://127.0.0.1:9/gateway"
+    )
+    assert isinstance(client, CompanionClient)
+    assert discord.http.Route.BASE == api.api_url
+    client._connection.guild_ready_timeout = 0.05
+    await client.login("fake-token")
+    state = client._connection
+    state.parse_ready(ready(BOT, APP_ID, [GUILD]))
+    roles = [
+        role(BOT_ROLE, "Companion", bot_id=BOT_ID),
+        role(MOD_ROLE, "Moderators", permissions=MANAGE_GUILD),
+    ]
+    people = [guild_member(u) for u in (ANN, BOB, OWNER)]
+    people += [guild_member(BOT_ID, roles=[BOT_ROLE]), guild_member(MOD, roles=[MOD_ROLE])]
+    people[-2]["user"]["bot"] = True
+    state.parse_guild_create(
+        guild(
+            GUILD,
+            OWNER,
+            [text_channel(GENERAL, GUILD, "general")],
+            [thread(THREAD, GUILD, GENERAL, ANN)],
+            people,
+            roles,
+        )
+    )
+    await api.wait_for(lambda: api.find("PUT", f"/applications/{APP_ID}/commands"))
+    await settle()
+    yield Bot(client, api, members)
+    await settle()
+    await client.close()
+
+
+def user_texts(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+
+
+# Start-up
+
+
+async def test_login_and_ready_sync_the_slash_commands(bot):
+    assert bot.api.find("GET", "/users/@me") and bot.client.user.id == BOT_ID
+    (sync,) = bot.api.find("PUT", f"/applications/{APP_ID}/commands")
+    commands = {c["name"]: c for c in sync.body}
+    assert set(commands) == {"memory", "admin", "openers", "quiet-hours", "timezone"}
+    assert {o["name"] for o in commands["memory"]["options"]} == {"show", "export", "forget"}
+    assert int(commands["admin"]["default_member_permissions"]) == MANAGE_GUILD
+    assert commands["admin"]["contexts"] == [0]  # servers only, never DMs
+    assert commands["admin"]["dm_permission"] is False
+    assert [c["value"] for c in commands["openers"]["options"][0]["choices"]] == ["on", "off"]
+    intents = bot.client.intents
+    assert intents.members and intents.message_content and intents.dm_messages
+    assert intents.guild_messages and intents.guilds
+
+
+async def test_dm_tenant_is_the_home_server(engine, members):
+    services = Services(engine, members)
+    assert build_discord_client(services, home_guild_id=7).tenant_for(None) == "discord:7"
+    client = build_discord_client(services)
+    assert client.tenant_for(None) == "discord:dm"  # in no server (or in several)
+    assert client.tenant_for(42) == "discord:42"
+    await client.close()
+
+
+# Messages
+
+
+async def test_a_dm_is_answered_in_the_dm_by_the_home_servers_agent(bot, fake):
+    await bot.say(ANN, "hello there", channel=DM)
+    assert bot.api.texts(DM) == ["You said: hello there"]
+    assert bot.api.find("POST", f"/channels/{DM}/typing")
+    assert "message_reference" not in bot.api.sent(DM)[0].body
+    view = await bot.members.view(TENANT, str(ANN))
+    assert view is not None and view.messages >= 2
+
+
+async def test_a_mention_is_answered_in_the_channel_as_a_reply(bot, fake):
+    said = await bot.mention(
+        ANN, f"tell <@{BOB}> hi in <#{GENERAL}>", mentions=[BOT, user(BOB, "Bob")]
+    )
+    (reply,) = bot.api.sent(GENERAL)
+    assert reply.body["content"] == "You said: tell @Bob hi in #general"
+    assert reply.body["message_reference"]["message_id"] == int(said["id"])
+    assert reply.body["allowed_mentions"]["parse"] == []  # model output pings nobody
+    typing = bot.api.calls.index(bot.api.find("POST", f"/channels/{GENERAL}/typing")[0])
+    assert typing < bot.api.calls.index(reply)
+    assert user_texts(fake.chat_requests[-1])[-1] == "tell @Bob hi in #general"
+
+
+async def test_a_mention_of_the_bots_role_and_a_reply_to_the_bot_count(bot):
+    payload = message(
+        user(ANN, "Ann"),
+        GENERAL,
+        f"<@&{BOT_ROLE}> ahoy",
+        guild_id=GUILD,
+        author_member=guild_member(ANN),
+    )
+    payload["mention_roles"] = [str(BOT_ROLE)]
+    bot.state.parse_message_create(payload)
+    await settle()
+    earlier = message(BOT, GENERAL, "You said: ahoy", guild_id=GUILD)
+    await bot.say(ANN, "and another thing", replying_to=earlier)
+    assert bot.api.texts(GENERAL) == ["You said: ahoy", "You said: and another thing"]
+
+
+async def test_a_thread_message_is_answered_in_the_thread(bot):
+    said = await bot.mention(BOB, "what about this thread?", channel=THREAD)
+    (reply,) = bot.api.sent(THREAD)
+    assert reply.body["content"] == "You said: what about this thread?"
+    assert reply.body["message_reference"]["message_id"] == int(said["id"])
+    assert not bot.api.sent(GENERAL)
+
+
+async def test_messages_not_for_the_bot_are_ignored(bot, fake):
+    other_bot = user(1_100_000_000_000_000_099, "Robo", bot=True)
+    await bot.say(ANN, "just chatting with friends")
+    await bot.say(ANN, "replying to Bob", replying_to=message(user(BOB, "Bob"), GENERAL, "hi"))
+    await bot.say(
+        0, f"<@{BOT_ID}> beep", mentions=[BOT], author_payload=other_bot, author_member=None
+    )
+    await bot.say(BOT_ID, f"<@{BOT_ID}> talking to myself", mentions=[BOT], author_payload=BOT)
+    await bot.say(ANN, "", kind=7)  # "Ann joined the server": a system message
+    await bot.say(ANN, f"<@{BOT_ID}>", mentions=[BOT], kind=6)  # a pin notice
+    assert fake.requests == []
+    assert not bot.api.find("POST", r"/channels/\d+/(messages|typing)")
+
+
+async def test_a_replayed_message_is_answered_once(bot, fake):
+    said = await bot.mention(ANN, "only once please")
+    bot.state.parse_message_create(said)  # the gateway resumed and sent it again
+    await settle()
+    twice = message(
+        user(BOB, "Bob"),
+        GENERAL,
+        f"<@{BOT_ID}> at the same time",
+        guild_id=GUILD,
+        author_member=guild_member(BOB),
+        mentions=[BOT],
+    )
+    bot.state.parse_message_create(twice)
+    bot.state.parse_message_create(twice)
+    await settle()
+    assert bot.api.texts(GENERAL) == ["You said: only once please", "You said: at the same time"]
+    assert len(fake.chat_requests) == 2
+
+
+LONG = (
+    "Here is the plan.\n\n"
+    + "Sailing is about patience and reading the water. " * 30
+    + "\n\n```python\n"
+    + "\n".join(f"knots_{i} = {i} * 1.852  # nautical miles per hour" for i in range(30))
+    + "\n```\n\n"
+    + "Trim the sails, watch the wind, and keep the bow steady. " * 40
+)
+
+
+async def test_a_long_reply_is_split_with_code_blocks_intact(bot, fake):
+    assert len(LONG) >= 4500
+    fake.brain = lambda body: summary_of(body) if is_summary_request(body) else say(LONG)
+    said = await bot.mention(ANN, "explain sailing")
+    parts = bot.api.sent(GENERAL)
+    texts = [p.body["content"] for p in parts]
+    assert len(texts) >= 3 and all(len(t) <= 2000 for t in texts)
+    assert all(len(re.findall(r"^```", t, re.MULTILINE)) % 2 == 0 for t in texts)
+    code = LONG[LONG.index("```python") : LONG.index("```\n\n") + 3]
+    assert any(code in t for t in texts)  # the block fits in one part, so it stays whole
+    assert " ".join(" ".join(texts).split()) == " ".join(LONG.split())
+    assert parts[0].body["message_reference"]["message_id"] == int(said["id"])
+    assert all("message_reference" not in p.body for p in parts[1:])
+
+
+async def test_attachments_go_to_archival_memory_and_bad_ones_are_refused(bot, sessions):
+    notes = "Harbour rules\nBoats leave before nine.\nThe red buoy marks the reef.\n"
+    bot.api.files["notes.txt"] = notes.encode()
+    bot.api.files["tool.exe"] = b"MZ\x90\x00"
+    files = [
+        attachment(bot.api.file_url("notes.txt"), "notes.txt", len(notes)),
+        attachment(bot.api.file_url("tool.exe"), "tool.exe", 4),
+        attachment(bot.api.file_url("huge.md"), "huge.md", MAX_UPLOAD_BYTES + 1),
+    ]
+    await bot.mention(ANN, "keep these", attachments=files)
+    texts = bot.api.texts(GENERAL)
+    assert "I can't read tool.exe: I take" in texts[1] and ".txt" in texts[1]
+    assert texts[2] == "huge.md is 5.2 MB; the most I take is 5 MB"
+    assert texts[-1] == "You said: keep these"
+    downloads = [c.path for c in bot.api.find("GET", r"/attachments/.*")]
+    assert downloads == ["/attachments/notes.txt"]  # refused files are never downloaded
+    scope = await bot.client.services.engine.agent(TENANT, str(ANN))
+    async with sessions() as session:
+        passages = list(
+            await session.scalars(select(Passage).where(Passage.agent_id == scope.agent_id))
+        )
+    assert len(passages) == 1 and "red buoy" in passages[0].text
+    assert passages[0].source.startswith("notes.txt")
+
+    await bot.mention(ANN, "again", attachments=files[:1])  # the same file, redelivered
+    async with sessions() as session:
+        again = list(
+            await session.scalars(select(Passage).where(Passage.agent_id == scope.agent_id))
+        )
+    assert len(again) == 1
+
+
+async def test_only_the_speakers_words_reach_their_agent(bot, fake):
+    ann = ["my boat is called Heron", "I sail on Sundays"]
+    bob = ["I play jazz piano", "my cat is Miso"]
+    for a, b in zip(ann, bob, strict=True):
+        await bot.mention(ANN, a)
+        await bot.mention(BOB, b)
+    await bot.say(
+        BOB,
+        f"<@{BOT_ID}> and Ann said what?",
+        mentions=[BOT],
+        replying_to=message(user(ANN, "Ann"), GENERAL, ann[0], guild_id=GUILD),
+    )
+    assert len(fake.chat_requests) == 5
+    for request in fake.chat_requests:
+        prompt = json.dumps(request)
+        has_ann = any(t in prompt for t in ann)
+        has_bob = any(t in prompt for t in bob)
+        assert has_ann != has_bob  # exactly one member's conversation, never both
+    ann_last, bob_last = fake.chat_requests[2], fake.chat_requests[-1]
+    assert "You said: my boat is called Heron" in json.dumps(ann_last)  # her own history
+    assert user_texts(bob_last)[-1] == "and Ann said what?"  # not the message he replied to
+    replies = bot.api.sent(GENERAL)
+    assert replies[-1].body["content"] == "You said: and Ann said what?"
+
+
+# Joins
+
+
+async def test_a_new_member_is_welcomed_by_dm(bot, fake):
+    newcomer = 1_100_000_000_000_000_050
+    bot.state.parse_guild_member_add(member_add(GUILD, member(newcomer, "Nia")))
+    await settle()
+    (opened,) = bot.api.find("POST", "/users/@me/channels")
+    assert opened.body["recipient_id"] == newcomer
+    assert bot.api.sent(bot.api.dm_channels[newcomer])
+    assert WELCOME_EVENT.format(name="Nia") in json.dumps(fake.chat_requests[0])
+    bot.state.parse_guild_member_remove({"guild_id": str(GUILD), "user": user(newcomer, "Nia")})
+    bot.state.parse_guild_member_add(member_add(GUILD, member(newcomer, "Nia")))
+    await settle()
+    assert len(bot.api.sent(bot.api.dm_channels[newcomer])) == 1  # welcomed once
+
+
+async def test_no_welcome_when_off_and_closed_dms_are_only_logged(bot, fake, caplog):
+    mod = await bot.slash(
+        MOD, "admin", subcommand("welcome", enabled=(BOOLEAN, False)), permissions=MANAGE_GUILD
+    )
+    assert bot.answers(mod) == ["New members no longer get a welcome."]
+    bob = await bot.slash(BOB, "admin", subcommand("welcome", enabled=(BOOLEAN, True)))
+    assert bot.answers(bob) == [NOT_ADMIN]
+    assert await bot.members.tenant_settings(TENANT) == {"welcome": False}
+    bot.state.parse_guild_member_add(member_add(GUILD, member(1_100_000_000_000_000_051, "Q")))
+    await settle()
+    assert fake.requests == [] and not bot.api.find("POST", "/users/@me/channels")
+
+    await bot.members.tenant_settings(TENANT, welcome=True)
+    closed = 1_100_000_000_000_000_052
+    bot.api.dm_channels[closed] = 1_100_000_000_000_000_053
+    bot.api.closed_dms.add(closed)
+    with caplog.at_level(logging.INFO, logger="adapters.discord.client"):
+        bot.state.parse_guild_member_add(member_add(GUILD, member(closed, "Shy")))
+        await settle()
+    assert "takes no DMs" in caplog.text
+    assert bot.api.find("POST", f"/channels/{bot.api.dm_channels[closed]}/messages")
+
+
+# Slash commands: members
+
+
+async def test_memory_show_and_export(bot):
+    await bot.say(ANN, "remember that I sail on Sundays", channel=DM)
+    shown = await bot.slash(ANN, "memory", subcommand("show"))
+    (callback,) = bot.api.callbacks(shown)
+    assert callback.body["type"] == 4 and callback.body["data"]["flags"] & EPHEMERAL
+    assert "**human**" in callback.body["data"]["content"]
+    assert "I sail on Sundays" in callback.body["data"]["content"]
+
+    exported = await bot.slash(ANN, "memory", subcommand("export"))
+    (deferred,) = bot.api.callbacks(exported)
+    assert deferred.body["type"] == 5 and deferred.body["data"]["flags"] & EPHEMERAL
+    (followup,) = bot.api.followups(exported)
+    assert followup.body["flags"] & EPHEMERAL
+    doc = json.loads(followup.files[f"memory-{ANN}.json"])
+    assert any("I sail on Sundays" in (m["content"] or "") for m in doc["messages"])
+
+    nobody = await bot.slash(BOB, "memory", subcommand("show"), in_dm=True)
+    assert "don't have any memory of you" in bot.answers(nobody)[0]
+
+
+async def test_forget_needs_the_button_and_erases_only_that_member(bot):
+    await bot.mention(ANN, "remember that my PIN hint is heron")
+    await bot.mention(BOB, "remember that I like jazz")
+    bob_before = await bot.members.view(TENANT, str(BOB))
+    asked = await bot.slash(ANN, "memory", subcommand("forget"))
+    assert bot.answers(asked) == [FORGET_ASK]
+    assert await bot.members.view(TENANT, str(ANN)) is not None  # nothing happens yet
+
+    await bot.click(BOB, asked, "Erase")  # not Bob's button
+    assert await bot.members.view(TENANT, str(ANN)) is not None
+
+    clicked = await bot.click(ANN, asked, "Erase")
+    assert bot.api.callbacks(clicked)[0].body["type"] == 6  # deferred update of that message
+    (edit,) = bot.api.edits(clicked)
+    assert edit.body["content"] == FORGET_DONE and edit.body["components"] == []
+    assert await bot.members.view(TENANT, str(ANN)) is None
+    bob_after = await bot.members.view(TENANT, str(BOB))
+    assert (
+        bob_after == bob_before and "jazz" in dict((b[0], b[1]) for b in bob_after.blocks)["human"]
+    )
+
+
+async def test_forget_can_be_cancelled(bot):
+    await bot.mention(ANN, "hello")
+    asked = await bot.slash(ANN, "memory", subcommand("forget"))
+    clicked = await bot.click(ANN, asked, "Cancel")
+    assert bot.api.callbacks(clicked)[0].body["type"] == 7
+    assert await bot.members.view(TENANT, str(ANN)) is not None
+
+
+async def test_an_unanswered_question_lapses(bot, monkeypatch):
+    monkeypatch.setattr(Confirm, "WAIT", 0.1)
+    await bot.mention(ANN, "hello")
+    asked = await bot.slash(ANN, "memory", subcommand("forget"))
+    (edit,) = await bot.api.wait_for(lambda: bot.api.edits(asked))
+    assert edit.body["content"] == LAPSED and edit.body["components"] == []
+    assert await bot.members.view(TENANT, str(ANN)) is not None
+
+
+async def test_member_settings(bot):
+    off = await bot.slash(ANN, "openers", {"name": "setting", "type": STRING, "value": "off"})
+    assert bot.answers(off)[0].startswith("Openers off")
+    quiet = await bot.slash(ANN, "quiet-hours", {"name": "hours", "type": STRING, "value": "23-7"})
+    assert "23:00-07:00" in bot.answers(quiet)[0]
+    tz = await bot.slash(
+        ANN, "timezone", {"name": "zone", "type": STRING, "value": "Europe/Berlin"}
+    )
+    assert "Europe/Berlin" in bot.answers(tz)[0]
+    view = await bot.members.view(TENANT, str(ANN))
+    assert view.settings == {"openers": False, "quiet_hours": "23:00-07:00"}
+    assert view.timezone == "Europe/Berlin"
+
+    typing = command(
+        APP_ID,
+        guild_member(ANN),
+        "timezone",
+        [{"name": "zone", "type": STRING, "value": "berl", "focused": True}],
+        guild_id=GUILD,
+        channel_id=GENERAL,
+    )
+    typing["type"] = 4  # APPLICATION_COMMAND_AUTOCOMPLETE while the member types
+    bot.state.parse_interaction_create(typing)
+    await settle()
+    (suggested,) = bot.api.callbacks(typing)
+    assert suggested.body["type"] == 8
+    assert {"name": "Europe/Berlin", "value": "Europe/Berlin"} in suggested.body["data"]["choices"]
+
+    bad = await bot.slash(ANN, "timezone", {"name": "zone", "type": STRING, "value": "Mars/Base"})
+    (callback,) = bot.api.callbacks(bad)
+    assert callback.body["data"]["flags"] & EPHEMERAL
+    assert "'Mars/Base' is not a time zone" in callback.body["data"]["content"]
+    assert (await bot.members.view(TENANT, str(ANN))).timezone == "Europe/Berlin"
+
+
+# Slash commands: admins
+
+
+def admin_export(target: int) -> dict[str, Any]:
+    return subcommand("export", member=(USER, str(target)))
+
+
+async def test_admin_export_is_refused_without_manage_server(bot):
+    await bot.mention(ANN, "remember that I like tea")
+    for permissions in (0, 0x400 | 0x800):  # nothing; view and send messages
+        refused = await bot.slash(
+            BOB, "admin", admin_export(ANN), permissions=permissions, resolved=resolved_member(ANN)
+        )
+        (callback,) = bot.api.callbacks(refused)
+        assert callback.body["data"]["content"] == NOT_ADMIN
+        assert callback.body["data"]["flags"] & EPHEMERAL
+        assert not bot.api.followups(refused)
+    assert await bot.members.audit_log(TENANT) == []
+
+
+async def test_admin_export_by_a_manager_sends_the_file_and_is_audited(bot):
+    await bot.mention(ANN, "remember that I like tea")
+    exported = await bot.slash(
+        MOD, "admin", admin_export(ANN), permissions=MANAGE_GUILD, resolved=resolved_member(ANN)
+    )
+    (followup,) = bot.api.followups(exported)
+    assert followup.body["flags"] & EPHEMERAL
+    doc = json.loads(followup.files[f"memory-{ANN}.json"])
+    assert any("I like tea" in (m["content"] or "") for m in doc["messages"])
+    (entry,) = await bot.members.audit_log(TENANT)
+    assert (entry.actor, entry.action, entry.target) == (str(MOD), "export", str(ANN))
+
+    by_id = await bot.slash(OPERATOR, "admin", admin_export(ANN), resolved=resolved_member(ANN))
+    assert bot.api.followups(by_id)  # a configured admin id needs no Discord permission
+    assert [e.actor for e in await bot.members.audit_log(TENANT)] == [str(OPERATOR), str(MOD)]
+
+    gone = 1_100_000_000_000_000_060  # left the server: Discord resolves only the user
+    departed = {"users": {str(gone): user(gone, "Gil")}}
+    asked = await bot.slash(
+        MOD, "admin", admin_export(gone), permissions=MANAGE_GUILD, resolved=departed
+    )
+    assert bot.answers(asked)[-1] == "I have no memory of Gil."
+    latest = (await bot.members.audit_log(TENANT))[0]
+    assert (latest.target, latest.detail["found"]) == (str(gone), False)
+
+
+async def test_admin_reset_asks_first_and_is_audited(bot):
+    await bot.mention(ANN, "remember that I like tea")
+    await bot.mention(BOB, "remember that I like coffee")
+    refused = await bot.slash(
+        BOB, "admin", subcommand("reset", member=(USER, str(ANN))), resolved=resolved_member(ANN)
+    )
+    assert bot.answers(refused) == [NOT_ADMIN]
+
+    asked = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("reset", member=(USER, str(ANN))),
+        permissions=MANAGE_GUILD,
+        resolved=resolved_member(ANN),
+    )
+    assert "Are you sure?" in bot.answers(asked)[0]
+    assert await bot.members.view(TENANT, str(ANN)) is not None
+    assert await bot.members.audit_log(TENANT) == []
+
+    clicked = await bot.click(MOD, asked, "Erase", permissions=MANAGE_GUILD)
+    assert bot.api.edits(clicked)[0].body["content"] == "Done: Ann's memory is erased."
+    ann = await bot.members.view(TENANT, str(ANN))
+    assert ann is None or (ann.messages == 0 and "tea" not in json.dumps(ann.blocks))
+    bob = await bot.members.view(TENANT, str(BOB))
+    assert bob.messages > 0 and "coffee" in json.dumps(bob.blocks)
+    (entry,) = await bot.members.audit_log(TENANT)
+    assert (entry.actor, entry.action, entry.target) == (str(MOD), "reset", str(ANN))
