@@ -11,6 +11,7 @@ a flush with a new recursive summary when the next prompt would not fit.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cache
@@ -21,7 +22,7 @@ from core.errors import ContextTooSmall, ModelOutputError
 from core.events import EventKind, clean_text, trigger_fields
 from core.executor import SCHEMAS, Outcome, execute
 from core.models import Agent, Event, Message
-from core.ports import ChatModel, Completion, Embedder, ToolCall
+from core.ports import ChatModel, Completion, Embedder, Metrics, NoMetrics, ToolCall
 from core.prompt import INSTRUCTIONS, assemble, render
 from core.queue import Pressure, evict_until, pressure
 from core.store import AgentStore
@@ -54,6 +55,7 @@ class TurnResult:
     steps: list[Step] = field(default_factory=list)
     warnings: int = 0
     flushes: int = 0
+    tokens: int = 0  # prompt + completion tokens of every model call in the turn
     error: str | None = None
 
 
@@ -65,6 +67,7 @@ class Mind:
     counter: TokenCounter
     config: EngineConfig
     embedder: Embedder | None = None
+    metrics: Metrics = field(default_factory=NoMetrics)
 
 
 def check_window(config: EngineConfig) -> None:
@@ -150,8 +153,7 @@ class Turn:
             max_steps = min(max_steps, config.schedule.upkeep_steps)
         for _ in range(max_steps):
             prompt, tokens, raw = await self.fit_prompt(blocks)
-            completion = await self.mind.model.complete(prompt, SCHEMAS, config.reply_reserve)
-            self.mind.counter.calibrate(raw, completion.prompt_tokens)
+            completion = await self._complete(prompt, raw)
             if not await self._step(completion, tools, tokens):
                 break
         else:
@@ -160,6 +162,18 @@ class Turn:
                 tools.sent.append(STEP_CAP_REPLY)
         self.result.replies = list(tools.sent)
         return self.result
+
+    async def _complete(self, prompt: list[dict[str, Any]], raw: int) -> Completion:
+        metrics, started = self.mind.metrics, time.perf_counter()
+        completion = await self.mind.model.complete(prompt, SCHEMAS, self.mind.config.reply_reserve)
+        metrics.observe("model_seconds", time.perf_counter() - started)
+        self.mind.counter.calibrate(raw, completion.prompt_tokens)
+        prompt_tokens = completion.prompt_tokens or self.mind.counter.scale(raw)
+        completion_tokens = completion.completion_tokens or 0
+        metrics.count("prompt_tokens_total", prompt_tokens)
+        metrics.count("completion_tokens_total", completion_tokens)
+        self.result.tokens += prompt_tokens + completion_tokens
+        return completion
 
     async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
         """Record the model's answer and run its calls; True when the chain goes on."""
@@ -207,6 +221,7 @@ class Turn:
             await self._append(role="system", content=PRESSURE_ALERT.format(pct=pct))
             self.agent.pressure_warned = True
             self.result.warnings += 1
+            self.mind.metrics.count("warnings_total")
             prompt, tokens, raw = await self._assemble(blocks)
         if tokens > config.prompt_budget:
             await self._flush(tokens, raw)
@@ -238,6 +253,7 @@ class Turn:
         self.queue = [m for m in self.queue if id(m) not in gone]
         self.agent.pressure_warned = False
         self.result.flushes += 1
+        self.mind.metrics.count("flushes_total")
 
     async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
         config, counter = self.mind.config, self.mind.counter

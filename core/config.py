@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from core.openers import ScheduleConfig
 
@@ -64,6 +65,11 @@ class EngineConfig:
     max_tool_output_chars: int = 3000
     summary_share: float = 0.10
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    # Budgets: a member's messages per window; tokens per tenant and per member per UTC day.
+    rate_limit: int | None = 30
+    rate_window: timedelta = timedelta(hours=1)
+    tenant_daily_tokens: int | None = None
+    member_daily_tokens: int | None = None
 
     @property
     def prompt_budget(self) -> int:

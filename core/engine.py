@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.agent import Mind, Turn, TurnResult
+from core.budgets import over_limit, record_usage
 from core.directory import ensure_agent, user_timezone
 from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
@@ -190,37 +192,60 @@ class Engine:
     async def _handle(
         self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
     ) -> TurnResult:
-        now = self.clock()
-        timezone = await user_timezone(session, store.scope)
-        try:
-            async with session.begin_nested():
-                result = await Turn(self.mind, store, agent, event, now, timezone).run()
-            status, reply_texts = "done", result.replies
-        except ModelError as error:
-            log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
-            result = TurnResult(event.id, error=str(error))
-            status, reply_texts = "failed", [MODEL_DOWN_REPLY.format(error=error)]
-        except Exception as error:
-            log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
-            result = TurnResult(event.id, error=f"{type(error).__name__}: {error}")
-            status, reply_texts = "failed", [INTERNAL_ERROR_REPLY]
-        if status == "failed":
-            await session.refresh(agent)
-            # The turn was rolled back; the member's words still go to recall storage.
+        now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
+        limited = await over_limit(session, store.scope, event, now, self.mind.config)
+        if limited is not None:
+            reason, reply = limited
+            metrics.count("limited_total", reason=reason)
+            result = TurnResult(event.id, error=f"limited: {reason}")
+            status, replies = "limited", [reply] if event.kind == EventKind.USER_MESSAGE else []
+        else:
+            result, status, replies = await self._think(session, store, agent, event, now)
+        if status != "done":
+            # No turn happened (or it was rolled back): the member's words still go to recall.
             await store.append(
                 now, event_id=event.id, **trigger_fields(event.kind, event.payload["text"])
             )
-            if event.kind != EventKind.USER_MESSAGE:
-                reply_texts = []
-        for text in reply_texts:
+        for text in replies:
             await store.add_outbox(text, event.id, now)
         event.status, event.error, event.processed_at = status, result.error, now
         purpose = (event.payload.get("meta") or {}).get("purpose")
         await after_event(
-            session, agent, event.kind, purpose, bool(reply_texts), now, self.mind.config.schedule
+            session,
+            agent,
+            event.kind,
+            purpose,
+            status == "done" and bool(replies),
+            now,
+            self.mind.config.schedule,
         )
-        result.replies = reply_texts
+        await record_usage(session, store.scope, result.tokens, len(result.steps), now)
+        metrics.count("events_total", kind=event.kind, status=status)
+        metrics.observe("turn_seconds", time.perf_counter() - started)
+        result.replies = replies
         return result
+
+    async def _think(
+        self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event, now: datetime
+    ) -> tuple[TurnResult, str, list[str]]:
+        """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
+        turn = Turn(self.mind, store, agent, event, now, await user_timezone(session, store.scope))
+        try:
+            async with session.begin_nested():
+                result = await turn.run()
+            return result, "done", result.replies
+        except ModelError as error:
+            log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
+            self.mind.metrics.count("errors_total", kind="model")
+            reply, problem = MODEL_DOWN_REPLY.format(error=error), str(error)
+        except Exception as error:
+            log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
+            self.mind.metrics.count("errors_total", kind="internal")
+            reply, problem = INTERNAL_ERROR_REPLY, f"{type(error).__name__}: {error}"
+        await session.refresh(agent)
+        failed = TurnResult(event.id, error=problem, tokens=turn.result.tokens)
+        failed.steps = turn.result.steps
+        return failed, "failed", [reply] if event.kind == EventKind.USER_MESSAGE else []
 
     async def undelivered(self, event_id: int) -> list[str]:
         async with self.sessions() as session:

@@ -8,13 +8,14 @@ Every row that belongs to a member carries `tenant_id` and `agent_id`; queries f
                               ├─< summaries     recursive summaries; the newest is FIFO slot 0
                               ├─< passages      archival storage (pgvector + full text)
                               ├─< events        inbound events, stored before any model call
-                              └─< outbox        replies waiting for delivery
+                              ├─< outbox        replies waiting for delivery
+                              └─< usage         tokens spent per day (budgets)
     tenants ─< audit_log                        admin actions on member data
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
@@ -22,6 +23,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Computed,
+    Date,
     DateTime,
     ForeignKey,
     Identity,
@@ -168,6 +170,19 @@ class Event(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     processed_at: Mapped[datetime | None] = mapped_column(TS)
+
+
+class Usage(Base):
+    """Model tokens one agent spent on one day (UTC): what the daily budgets count."""
+
+    __tablename__ = "usage"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    calls: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class AuditEntry(Base):
