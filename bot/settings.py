@@ -9,6 +9,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from core.config import FALLBACK_WINDOW, EngineConfig, window_for
@@ -41,6 +42,20 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name} must be on or off, got {raw!r}")
+
+
+def _rate(raw: str) -> tuple[int, int] | None:
+    """'30/hour' -> (30, 3600); 'off' -> None."""
+    raw = raw.strip().lower()
+    if raw in ("", "off", "none", "0"):
+        return None
+    count, _, unit = raw.partition("/")
+    seconds = {"minute": 60, "hour": 3600, "day": 86400}.get(unit.strip())
+    if not count.strip().isdigit() or seconds is None or int(count) <= 0:
+        raise ConfigError(
+            f"COMPANION_RATE_LIMIT must look like 30/hour, 5/minute or off, got {raw!r}"
+        )
+    return int(count), seconds
 
 
 def _slack_api_url(url: str | None) -> str | None:
@@ -84,6 +99,9 @@ class Settings:
     http_port: int = 3000
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
+    rate_limit: tuple[int, int] | None = (30, 3600)  # messages, per seconds
+    tenant_daily_tokens: int | None = None
+    member_daily_tokens: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -116,6 +134,9 @@ class Settings:
                 if part.strip()
             ),
             welcome=_flag(env, "COMPANION_WELCOME", True),
+            rate_limit=_rate(env.get("COMPANION_RATE_LIMIT", "30/hour")),
+            tenant_daily_tokens=_int(env, "COMPANION_TENANT_DAILY_TOKENS", None),
+            member_daily_tokens=_int(env, "COMPANION_MEMBER_DAILY_TOKENS", None),
         )
 
     def require_model(self) -> None:
@@ -149,4 +170,12 @@ class Settings:
 
     def engine_config(self) -> EngineConfig:
         window = self.window
-        return EngineConfig(context_window=window, reply_reserve=min(1024, window // 8))
+        limit, seconds = self.rate_limit or (None, 3600)
+        return EngineConfig(
+            context_window=window,
+            reply_reserve=min(1024, window // 8),
+            rate_limit=limit,
+            rate_window=timedelta(seconds=seconds),
+            tenant_daily_tokens=self.tenant_daily_tokens,
+            member_daily_tokens=self.member_daily_tokens,
+        )

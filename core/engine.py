@@ -34,6 +34,7 @@ from core.directory import ensure_agent, user_timezone
 from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
+from core.logcontext import bind
 from core.models import Agent, Event, Outbox
 from core.schedule import after_event
 from core.store import AgentStore, Scope
@@ -187,7 +188,8 @@ class Engine:
                 )
                 if event is None:
                     return results
-                results.append(await self._handle(session, store, agent, event))
+                with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
+                    results.append(await self._handle(session, store, agent, event))
 
     async def _handle(
         self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
