@@ -17,6 +17,7 @@ import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
+from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.agent import Mind, check_window
 from core.config import EngineConfig
@@ -34,6 +35,7 @@ class App:
     engine: Engine
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
+    metrics: PrometheusMetrics  # what the engine reports, for /metrics
 
 
 def _client(settings: Settings) -> openai.AsyncOpenAI:
@@ -76,6 +78,7 @@ async def open_app(
                 )
             embedder = OpenAIEmbedder(client, settings.embedding_model, settings.embedding_dim)
         model: ChatModel = OpenAIChat(client, settings.model or "unset")
-        mind = Mind(model, TokenCounter(), config, embedder)
+        metrics = PrometheusMetrics(sessions)
+        mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
         engine = Engine(sessions, mind, clock) if clock else Engine(sessions, mind)
-        yield App(settings, sessions, engine, embedder, held_dim)
+        yield App(settings, sessions, engine, embedder, held_dim, metrics)

@@ -1,26 +1,40 @@
-"""Where a message the bot starts goes: routed by the tenant's platform.
+"""Where messages sent outside a live handler go: routed by the tenant's platform.
 
-`Router` maps tenant-key prefixes (`discord:`, `slack:`) to a platform's DM sender. A tenant
-with no configured platform (e.g. `local`, the terminal) raises LookupError: its openers
-wait in the outbox and show the next time the member chats.
+`Router` maps tenant-key prefixes (`discord:`, `slack:`) to a platform's DM sender (for
+openers: `router(tenant, user, text)`) and reply route (for retried replies:
+`router.route(tenant, user, meta)`, back where the member wrote). A tenant with no
+configured platform (e.g. `local`, the terminal) raises LookupError: its openers wait in the
+outbox and show the next time the member chats.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
 from bot.settings import Settings
 
 Send = Callable[[str, str, str], Awaitable[None]]
+ReplyRoute = Callable[[str, str, dict[str, Any]], Callable[[str], Awaitable[None]]]
 
 
 class Router:
     def __init__(self) -> None:
         self.routes: dict[str, Send] = {}
+        self.replies: dict[str, ReplyRoute] = {}
 
-    def add(self, platform: str, send: Send) -> None:
+    def add(self, platform: str, send: Send, reply: ReplyRoute) -> None:
         self.routes[platform] = send
+        self.replies[platform] = reply
+
+    def route(
+        self, tenant: str, user: str, meta: dict[str, Any]
+    ) -> Callable[[str], Awaitable[None]]:
+        reply = self.replies.get(tenant.split(":", 1)[0])
+        if reply is None:
+            raise LookupError(f"no platform configured for tenant {tenant!r}")
+        return reply(tenant, user, meta)
 
     async def __call__(self, tenant: str, user: str, text: str) -> None:
         platform = tenant.split(":", 1)[0]
@@ -39,21 +53,23 @@ async def rest_router(settings: Settings) -> AsyncIterator[Router]:
             import discord
 
             from adapters.discord.deliver import dm_sender as discord_dm
+            from adapters.discord.deliver import reply_sender as discord_reply
 
             if settings.discord_api_url:
                 discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
             client = discord.Client(intents=discord.Intents.none())
             await client.login(settings.discord_token)
             stack.push_async_callback(client.close)
-            router.add("discord", discord_dm(client))
+            router.add("discord", discord_dm(client), discord_reply(client))
         if settings.slack_bot_token:
             from slack_sdk.web.async_client import AsyncWebClient
 
             from adapters.slack.events import dm_sender as slack_dm
+            from adapters.slack.events import reply_sender as slack_reply
 
             web = AsyncWebClient(
                 token=settings.slack_bot_token,
                 base_url=settings.slack_api_url or AsyncWebClient.BASE_URL,
             )
-            router.add("slack", slack_dm(web))
+            router.add("slack", slack_dm(web), slack_reply(web))
         yield router

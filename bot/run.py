@@ -4,9 +4,11 @@
     Slack     when SLACK_BOT_TOKEN is set: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP
               mode with SLACK_SIGNING_SECRET on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
               at /slack/events
+    HTTP      /healthz, /readyz and /metrics on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
+              (the same server as Slack's HTTP mode, when that runs)
     scheduler APScheduler ticks every minute: openers and upkeep that are due (claimed in
-              Postgres, so several processes share the work), and pending events left by a
-              crashed process
+              Postgres, so several processes share the work), replies that failed to go out
+              (retried until delivered), and pending events left by a crashed process
 
 SIGTERM or SIGINT: stop taking events, give in-flight turns time to finish, exit. A turn that
 does not finish in time stays pending in the database and resumes on the next start.
@@ -19,12 +21,14 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from datetime import timedelta
 
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
 from bot.app import App
+from bot.health import Health, add_health_routes, serving
 from bot.delivery import Router
 from core.members import Members
 from core.schedule import tick
@@ -33,19 +37,23 @@ log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
 RESUME_EVERY_SECONDS = 60
 TICK_SECONDS = 60
+REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; then we retry
 
 
 @asynccontextmanager
-async def slack_running(app: App, services: Services, router: Router) -> AsyncIterator[None]:
+async def slack_running(
+    app: App, services: Services, router: Router, health: Health
+) -> AsyncIterator[None]:
     from adapters.slack import build_slack_app
     from adapters.slack.events import dm_sender as slack_dm
+    from adapters.slack.events import reply_sender as slack_reply
 
     settings = app.settings
     assert settings.slack_bot_token
     slack = build_slack_app(
         services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
     )
-    router.add("slack", slack_dm(slack.client))
+    router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
     if settings.slack_app_token:
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 
@@ -57,7 +65,8 @@ async def slack_running(app: App, services: Services, router: Router) -> AsyncIt
         finally:
             await handler.close_async()
         return
-    runner = web.AppRunner(slack.web_app(path="/slack/events"), access_log=None)
+    web_app = add_health_routes(slack.web_app(path="/slack/events"), health)
+    runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.http_host, settings.http_port)
     await site.start()
@@ -73,6 +82,7 @@ async def slack_running(app: App, services: Services, router: Router) -> AsyncIt
 async def discord_running(app: App, services: Services, router: Router) -> AsyncIterator[None]:
     from adapters.discord import build_discord_client, run_discord
     from adapters.discord.deliver import dm_sender as discord_dm
+    from adapters.discord.deliver import reply_sender as discord_reply
 
     settings = app.settings
     assert settings.discord_token
@@ -82,7 +92,7 @@ async def discord_running(app: App, services: Services, router: Router) -> Async
         api_url=settings.discord_api_url,
         gateway_url=settings.discord_gateway_url,
     )
-    router.add("discord", discord_dm(client))
+    router.add("discord", discord_dm(client), discord_reply(client))
     task = asyncio.create_task(run_discord(client, settings.discord_token))
     try:
         yield
@@ -110,6 +120,20 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
         "interval",
         seconds=TICK_SECONDS,
         id="tick",
+        max_instances=1,
+        coalesce=True,
+    )
+
+    async def redelivery() -> None:
+        done, failing = await app.engine.redeliver(REDELIVER_AFTER, router.route)
+        if done or failing:
+            log.info("redelivered replies of %d events, %d still failing", done, failing)
+
+    scheduler.add_job(
+        redelivery,
+        "interval",
+        seconds=TICK_SECONDS,
+        id="redeliver",
         max_instances=1,
         coalesce=True,
     )
@@ -143,13 +167,22 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     if resumed:
         log.info("resumed pending events of %d agents", resumed)
     router = Router()
+    health = Health(app.sessions, app.metrics)
+    slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
     async with AsyncExitStack() as stack:
+        if not slack_http:  # otherwise the routes go on Slack's server
+            web_app = add_health_routes(web.Application(), health)
+            await stack.enter_async_context(
+                serving(web_app, settings.http_host, settings.http_port)
+            )
         if settings.discord_token:
             await stack.enter_async_context(discord_running(app, services, router))
         if settings.slack_bot_token:
-            await stack.enter_async_context(slack_running(app, services, router))
+            await stack.enter_async_context(slack_running(app, services, router, health))
         await stack.enter_async_context(scheduler_running(app, router))
+        health.started = True
         await stop.wait()
+        health.started = False
         log.info("stopping: no new events; waiting up to %ss for turns in flight", GRACE_SECONDS)
     try:
         async with asyncio.timeout(GRACE_SECONDS):

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import PurePath
 from typing import Any
 
@@ -35,12 +35,14 @@ from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
-from core.models import Agent, Event, Outbox
+from core.models import Agent, Event, Outbox, Tenant, User
 from core.schedule import after_event
 from core.store import AgentStore, Scope
 
 log = logging.getLogger(__name__)
 Send = Callable[[str], Awaitable[None]]
+RouteSend = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event meta) -> send
+MAX_DELIVERY_ATTEMPTS = 10
 
 MODEL_DOWN_REPLY = (
     "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
@@ -295,24 +297,71 @@ class Engine:
         """Send the event's undelivered replies in order, each marked delivered once sent.
 
         Each reply is row-locked while it is sent, so two deliverers (a redelivered event,
-        a second process) never send the same reply twice; a send that fails leaves the
-        reply undelivered for the next attempt.
+        the retry sweep, a second process) never send the same reply twice. A send that
+        fails is counted on the reply and raised; the reply stays for the next attempt.
         """
         sent: list[str] = []
         while True:
             async with self.sessions() as session, session.begin():
                 reply = await session.scalar(
                     select(Outbox)
-                    .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                    .where(
+                        Outbox.event_id == event_id,
+                        Outbox.delivered_at.is_(None),
+                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
+                    )
                     .order_by(Outbox.id)
                     .limit(1)
                     .with_for_update(skip_locked=True)
                 )
                 if reply is None:
                     return sent
-                await send(reply.text)
-                reply.delivered_at = self.clock()
-                sent.append(reply.text)
+                try:
+                    await send(reply.text)
+                except Exception as error:
+                    reply.attempts += 1
+                    reply.last_error = f"{type(error).__name__}: {error}"[:500]
+                    failure = error
+                else:
+                    reply.delivered_at = self.clock()
+                    sent.append(reply.text)
+                    continue
+            raise failure
+
+    async def redeliver(self, older_than: timedelta, route: RouteSend) -> tuple[int, int]:
+        """Retry replies that did not go out (platform down, process killed after the turn).
+
+        `route(tenant, user, meta)` gives the send function for an event's replies. Returns
+        (events delivered, events still failing).
+        """
+        cutoff = self.clock() - older_than
+        async with self.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(Event.id, Tenant.key, User.external_id, Event.payload)
+                    .join(Outbox, Outbox.event_id == Event.id)
+                    .join(Agent, Agent.id == Event.agent_id)
+                    .join(User, User.id == Agent.user_id)
+                    .join(Tenant, Tenant.id == Event.tenant_id)
+                    .where(
+                        Outbox.delivered_at.is_(None),
+                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
+                        Outbox.created_at < cutoff,
+                        Tenant.key != "local",
+                    )
+                    .distinct()
+                    .order_by(Event.id)
+                )
+            ).all()
+        done = failing = 0
+        for event_id, tenant, user, payload in rows:
+            try:
+                await self.deliver(event_id, route(tenant, user, payload.get("meta") or {}))
+                done += 1
+            except Exception:
+                log.warning("redelivery of event %s failed", event_id, exc_info=True)
+                failing += 1
+        return done, failing
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None

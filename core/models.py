@@ -207,3 +207,5 @@ class Outbox(Base):
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     delivered_at: Mapped[datetime | None] = mapped_column(TS)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # failed sends so far
+    last_error: Mapped[str | None] = mapped_column(Text)

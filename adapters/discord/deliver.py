@@ -1,10 +1,13 @@
-"""Messages the bot starts (openers): a DM to a member over Discord's REST API.
+"""Messages sent outside a live handler, over Discord's REST API: openers (a DM) and
+retried replies (to the channel the member wrote in, from the event's meta).
 
 Needs only a logged-in client (`await client.login(token)`), not the gateway, so a
 cron-style `companion tick` can deliver too.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import discord
 
@@ -20,3 +23,24 @@ def dm_sender(client: discord.Client):
             await member.send(part)
 
     return send
+
+
+def reply_sender(client: discord.Client):
+    """For retries: the send function of an event's replies, from the event's meta."""
+    dm = dm_sender(client)
+
+    def route(tenant: str, user: str, meta: dict[str, Any]):
+        async def send(text: str) -> None:
+            channel_id = meta.get("channel_id")
+            if not channel_id:
+                await dm(tenant, user, text)
+                return
+            channel = client.get_channel(int(channel_id)) or await client.fetch_channel(
+                int(channel_id)
+            )
+            for part in split_message(text, DISCORD_LIMIT):
+                await channel.send(part)  # type: ignore[union-attr]
+
+        return send
+
+    return route

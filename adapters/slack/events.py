@@ -55,6 +55,22 @@ def dm_sender(client: AsyncWebClient):
     return send
 
 
+def reply_sender(client: AsyncWebClient):
+    """For retries: the send function of an event's replies, from the event's meta."""
+    dm = dm_sender(client)
+
+    def route(tenant: str, user: str, meta: dict[str, Any]):
+        if meta.get("channel"):
+            return sender(client, meta["channel"], meta.get("thread_ts"))
+
+        async def to_dm(text: str) -> None:
+            await dm(tenant, user, text)
+
+        return to_dm
+
+    return route
+
+
 async def _react(client: AsyncWebClient, add: bool, channel: str, ts: str) -> None:
     try:
         if add:

@@ -1,0 +1,241 @@
+"""Logs and metrics for operators.
+
+configure_logging(level, json)  one handler on stderr: JSON lines (or text), with the
+                                ids of the event being handled and secrets masked
+JsonFormatter                   time, level, logger, message, tenant/agent/event ids
+ContextFilter                   copies `core.logcontext.current()` onto each record
+RedactFilter                    masks anything that looks like a token, key or password
+PrometheusMetrics               `core.ports.Metrics` over its own CollectorRegistry, with
+                                a queue-depth gauge measured in Postgres at scrape time
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core.errors import ConfigError
+from core.logcontext import current
+from core.models import Event, Outbox
+
+log = logging.getLogger(__name__)
+IDS = ("tenant_id", "agent_id", "event_id")
+
+# --- logs ------------------------------------------------------------------------------------
+
+SECRETS = [
+    (re.compile(r"\b(sk-)[A-Za-z0-9_-]{8,}"), r"\1***"),  # OpenAI-style keys
+    (re.compile(r"\b(xox[abposr]-|xapp-)[A-Za-z0-9-]+"), r"\1***"),  # Slack tokens
+    (  # Discord bot tokens: base64 user id . timestamp . HMAC
+        re.compile(r"\b[A-Za-z0-9_-]{23,28}\.[A-Za-z0-9_-]{6,7}\.[A-Za-z0-9_-]{27,}"),
+        "***",
+    ),
+    (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
+    (re.compile(r"(\w+://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # passwords in URLs
+]
+
+
+def redact(text: str) -> str:
+    for pattern, replacement in SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class RedactFilter(logging.Filter):
+    """Masks secrets in the message, its arguments and any traceback, before formatting."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.msg, record.args = redact(record.getMessage()), None
+        except Exception:  # a format string that does not fit its arguments
+            record.msg, record.args = redact(f"{record.msg} {record.args}"), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return True
+
+
+class ContextFilter(logging.Filter):
+    """Puts the ids bound by the engine (`core.logcontext.bind`) on the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in current().items():
+            setattr(record, key, value)
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update({key: getattr(record, key) for key in IDS if hasattr(record, key)})
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line["exc"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = record.stack_info
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def log_options(env: Mapping[str, str], command: str) -> tuple[int, bool]:
+    """(level, JSON?) from COMPANION_LOG_LEVEL and COMPANION_LOG_FORMAT; JSON is the
+    default for `companion run`, text for the commands a person types."""
+    name = env.get("COMPANION_LOG_LEVEL", "").strip().upper() or "WARNING"
+    level = logging.getLevelNamesMapping().get(name)
+    if level is None:
+        raise ConfigError(
+            f"COMPANION_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {name!r}"
+        )
+    style = env.get("COMPANION_LOG_FORMAT", "").strip().lower()
+    style = style or ("json" if command == "run" else "text")
+    if style not in ("json", "text"):
+        raise ConfigError(f"COMPANION_LOG_FORMAT must be json or text, got {style!r}")
+    return level, style == "json"
+
+
+def log_handler(stream: TextIO, json: bool) -> logging.Handler:
+    """A handler writing JSON lines (or text) with event ids and no secrets to `stream`."""
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(ContextFilter())
+    handler.addFilter(RedactFilter())
+    handler.setFormatter(
+        JsonFormatter()
+        if json
+        else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    return handler
+
+
+def configure_logging(level: int | str, json: bool) -> logging.Handler:
+    """Replace the root logger's handlers with one on stderr; returns it."""
+    handler = log_handler(sys.stderr, json)
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+# name in core.ports -> (help, label names); exported with the `companion_` prefix
+COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "events_total": ("Events handled, by kind and outcome", ("kind", "status")),
+    "errors_total": ("Turns that failed: the model endpoint, or the engine", ("kind",)),
+    "flushes_total": ("Queue flushes: oldest messages summarised out of the prompt", ()),
+    "warnings_total": ("Memory-pressure warnings given to agents", ()),
+    "prompt_tokens_total": ("Prompt tokens sent to the model", ()),
+    "completion_tokens_total": ("Completion tokens received from the model", ()),
+    "limited_total": ("Events refused by a rate limit or token budget", ("reason",)),
+}
+HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "model_seconds": ("Duration of one chat-model call", ()),
+    "turn_seconds": ("Duration of handling one event", ()),
+}
+QUEUE_TIMEOUT = 2.0
+
+
+class _QueueDepth(Collector):
+    """Reports the last measured depths; nothing when the last measurement failed."""
+
+    def __init__(self) -> None:
+        self.depth: dict[str, int] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "companion_queue_depth",
+            "Pending events and undelivered replies, measured in Postgres at scrape time",
+            labels=["queue"],
+        )
+        for queue, count in self.depth.items():
+            family.add_metric([queue], count)
+        yield family
+
+
+class PrometheusMetrics:
+    """The engine's `Metrics` port as Prometheus counters and histograms.
+
+    Names not in the tables above still work: a name is created on first use with the
+    labels it came with. A metric used with other labels than it has is dropped (and
+    logged at DEBUG): reporting never breaks a turn.
+    """
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
+        self.sessions = sessions
+        self.registry = CollectorRegistry()
+        self._counters = {name: self._counter(name, *spec) for name, spec in COUNTERS.items()}
+        self._histograms = {name: self._histogram(name, *spec) for name, spec in HISTOGRAMS.items()}
+        self._queues = _QueueDepth()
+        self.registry.register(self._queues)
+
+    def _counter(self, name: str, help: str, labels: Iterable[str]) -> Counter:
+        return Counter(f"companion_{name}", help, list(labels), registry=self.registry)
+
+    def _histogram(self, name: str, help: str, labels: Iterable[str]) -> Histogram:
+        return Histogram(
+            f"companion_{name}", help, list(labels), registry=self.registry, buckets=SECONDS
+        )
+
+    def count(self, name: str, amount: float = 1, **labels: str) -> None:
+        try:
+            if name not in self._counters:
+                self._counters[name] = self._counter(name, name, sorted(labels))
+            counter = self._counters[name]
+            (counter.labels(**labels) if labels else counter).inc(amount)
+        except ValueError as error:
+            log.debug("metric %s dropped: %s", name, error)
+
+    def observe(self, name: str, value: float, **labels: str) -> None:
+        try:
+            if name not in self._histograms:
+                self._histograms[name] = self._histogram(name, name, sorted(labels))
+            histogram = self._histograms[name]
+            (histogram.labels(**labels) if labels else histogram).observe(value)
+        except ValueError as error:
+            log.debug("metric %s dropped: %s", name, error)
+
+    async def measure_queues(self) -> None:
+        """Count pending events and undelivered replies (at most QUEUE_TIMEOUT seconds)."""
+        if self.sessions is None:
+            return
+        try:
+            async with asyncio.timeout(QUEUE_TIMEOUT), self.sessions() as session:
+                events = await session.scalar(
+                    select(func.count()).select_from(Event).where(Event.status == "pending")
+                )
+                outbox = await session.scalar(
+                    select(func.count()).select_from(Outbox).where(Outbox.delivered_at.is_(None))
+                )
+            self._queues.depth = {"events": int(events or 0), "outbox": int(outbox or 0)}
+        except Exception as error:  # TimeoutError included
+            self._queues.depth = {}
+            log.warning("queue depth not measured: %s", error)
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text format, queue depths measured just now."""
+        await self.measure_queues()
+        return generate_latest(self.registry)

@@ -1,0 +1,75 @@
+"""Replies that fail to go out stay in the outbox and are retried until delivered, once."""
+
+from datetime import timedelta
+
+import pytest
+from slack_sdk.web.async_client import AsyncWebClient
+from sqlalchemy import select
+
+from adapters.common import Services
+from adapters.slack import build_slack_app
+from adapters.slack.events import dm_sender, reply_sender
+from bot.delivery import Router
+from core.config import EngineConfig
+from core.members import Members
+from core.models import Outbox
+from tests.fake_slack import FakeSlack
+from tests.test_slack import SECRET, dispatch, envelope, message
+
+
+@pytest.fixture
+async def slack(engine, sessions, clock):
+    async with FakeSlack() as api:
+        api.add_user("U1")
+        services = Services(engine, Members(sessions, EngineConfig(), clock))
+        app = build_slack_app(
+            services, "xoxb-test", SECRET, api.base_url, process_before_response=True
+        )
+        web = AsyncWebClient(token="xoxb-test", base_url=api.base_url)
+        router = Router()
+        router.add("slack", dm_sender(web), reply_sender(web))
+        yield app, api, router
+
+
+async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
+    slack, engine, sessions, clock
+):
+    app, api, router = slack
+    api.fail_methods["chat.postMessage"] = "service_unavailable"
+    event = {
+        "type": "app_mention",
+        "channel": "C5",
+        "user": "U1",
+        "ts": "1700000009.000300",
+        "text": "<@UBOT> are you there?",
+    }
+    await dispatch(app, envelope(event))
+    async with sessions() as session:
+        row = await session.scalar(select(Outbox))
+    assert row.delivered_at is None and row.attempts == 1
+    assert "service_unavailable" in row.last_error
+
+    clock.advance(minutes=1)
+    assert await engine.redeliver(timedelta(seconds=30), router.route) == (0, 1)  # still down
+    del api.fail_methods["chat.postMessage"]
+    assert await engine.redeliver(timedelta(seconds=30), router.route) == (1, 0)
+    assert await engine.redeliver(timedelta(seconds=30), router.route) == (0, 0)
+    delivered = [c for c in api.called("chat.postMessage") if "are you there" in c["text"]]
+    assert len(delivered) == 3  # two failed tries, then the one that went out
+    assert delivered[-1]["channel"] == "C5" and delivered[-1]["thread_ts"] == "1700000009.000300"
+    async with sessions() as session:
+        row = await session.scalar(select(Outbox))
+    assert row.delivered_at is not None and row.attempts == 2
+
+
+async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
+    app, api, router = slack
+    api.fail_methods["chat.postMessage"] = "channel_not_found"
+    await dispatch(app, message(text="hello"))
+    for _ in range(12):
+        clock.advance(minutes=1)
+        await engine.redeliver(timedelta(seconds=30), router.route)
+    async with sessions() as session:
+        row = await session.scalar(select(Outbox))
+    assert row.attempts == 10 and row.delivered_at is None
+    assert len(api.called("chat.postMessage")) == 10
