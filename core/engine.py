@@ -37,7 +37,7 @@ from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.models import Agent, Event, Outbox, Tenant, User
 from core.schedule import after_event
-from core.store import AgentStore, Scope
+from core.store import AgentStore, Scope, enter_scope
 
 log = logging.getLogger(__name__)
 Send = Callable[[str], Awaitable[None]]
@@ -124,6 +124,7 @@ class Engine:
     async def submit(self, scope: Scope, event: InboundEvent) -> int:
         """Store the event before anything else happens to it."""
         async with self.sessions() as session, session.begin():
+            await enter_scope(session, scope)
             return (await self._insert_event(session, scope, event))[0]
 
     async def upload(
@@ -161,6 +162,7 @@ class Engine:
         )
         event = InboundEvent(EventKind.USER_ACTION, text, dedup_key, meta or {})
         async with self.sessions() as session, session.begin():
+            await enter_scope(session, scope)
             event_id, new = await self._insert_event(session, scope, event)
             if new:
                 store = AgentStore(session, scope)
@@ -176,6 +178,7 @@ class Engine:
         results: list[TurnResult] = []
         while True:
             async with self.sessions() as session, session.begin():
+                await enter_scope(session, scope)
                 store = AgentStore(session, scope)
                 agent = await store.lock_agent()
                 event = await session.scalar(

@@ -20,7 +20,7 @@ from core.events import clean_text
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
 from core.ports import Embedder
 from core.prompt import render
-from core.store import AgentStore, Scope
+from core.store import AgentStore, Scope, enter_scope
 from core.tokens import TokenCounter
 
 FORMAT = "companion-export"
@@ -37,6 +37,8 @@ def _iso(value: datetime | None) -> str | None:
 
 
 async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
+    await enter_scope(session, scope)
+
     def mine(model: Any) -> Any:
         return (model.tenant_id == scope.tenant_id) & (model.agent_id == scope.agent_id)
 

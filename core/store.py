@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.models import Agent, Block, Message, Outbox, Passage, Summary
@@ -21,6 +21,18 @@ from core.models import Agent, Block, Message, Outbox, Passage, Summary
 class Scope:
     tenant_id: int
     agent_id: int
+
+
+async def enter_scope(session: AsyncSession, scope: Scope) -> None:
+    """For the rest of this transaction, the database shows only this member's rows.
+
+    Row-level security (migration 0006) is the second wall behind every query's own
+    filter: a query here that forgot its filter still cannot see another member's data.
+    """
+    await session.execute(
+        text("SELECT companion_enter(:tenant, :agent)"),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id},
+    )
 
 
 class AgentStore:
