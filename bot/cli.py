@@ -8,6 +8,7 @@
     companion run
     companion openers list [--due]
     companion tick [--now ISO-8601]
+    companion doctor
 
 Errors a person can fix are one line on stderr and exit status 2, never a traceback.
 """
@@ -26,6 +27,8 @@ from typing import Any
 
 from bot.app import App, open_app
 from bot.chat import run_chat
+from bot.doctor import run_doctor
+from bot.observability import configure_logging, log_options
 from bot.operator import list_openers, parse_now, run_tick
 from bot.run import run
 from bot.settings import Settings
@@ -70,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
 
     tick_cmd = commands.add_parser("tick", help="run one scheduler pass")
     tick_cmd.add_argument("--now", help="as if at this ISO-8601 time (default: now)")
+
+    commands.add_parser(
+        "doctor", help="check the database, model endpoint and platform tokens; say what is wrong"
+    )
 
     reembed_cmd = commands.add_parser("reembed", help="recompute archival embeddings")
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
@@ -212,16 +219,27 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("COMPANION_LOG_LEVEL", "WARNING").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    if args.command == "doctor":
+        return _doctor()
     try:
+        configure_logging(*log_options(os.environ, args.command))
         settings = Settings.from_env(os.environ)
         return asyncio.run(_run(args, settings))
     except CompanionError as error:
         print(f"companion: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _doctor() -> int:
+    """Every finding is a line on stdout (bad log settings too); exit 0 or 1."""
+    try:
+        configure_logging(*log_options(os.environ, "doctor"))
+    except ConfigError:
+        configure_logging(logging.WARNING, json=False)
+    try:
+        return asyncio.run(run_doctor(os.environ, sys.stdout))
     except KeyboardInterrupt:
         return 130
 

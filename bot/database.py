@@ -110,7 +110,7 @@ async def open_database(
     schema: str | None = None,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], int]]:
     """Sessions on a migrated database, and the embedding dimension it holds."""
-    async with _server(database_url, data_dir) as url:
+    async with database_server(database_url, data_dir) as url:
         engine = make_engine(url, schema)
         try:
             held = await migrate(engine, embedding_dim)
@@ -120,7 +120,8 @@ async def open_database(
 
 
 @asynccontextmanager
-async def _server(database_url: str | None, data_dir: Path) -> AsyncIterator[str]:
+async def database_server(database_url: str | None, data_dir: Path) -> AsyncIterator[str]:
+    """The URL of DATABASE_URL, or of the embedded server (started or joined) meanwhile."""
     if database_url:
         yield database_url
         return

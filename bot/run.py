@@ -28,8 +28,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
 from bot.app import App
-from bot.health import Health, add_health_routes, serving
 from bot.delivery import Router
+from bot.health import Health, add_health_routes, serving
 from core.members import Members
 from core.schedule import tick
 

@@ -21,7 +21,7 @@ from core.config import EngineConfig
 from core.errors import ContextTooSmall, ModelOutputError
 from core.events import EventKind, clean_text, trigger_fields
 from core.executor import SCHEMAS, Outcome, execute
-from core.models import Agent, Event, Message
+from core.models import Agent, Event, Message, Summary
 from core.ports import ChatModel, Completion, Embedder, Metrics, NoMetrics, ToolCall
 from core.prompt import INSTRUCTIONS, assemble, render
 from core.queue import Pressure, evict_until, pressure
@@ -129,19 +129,23 @@ class Turn:
         self.result = TurnResult(event.id)
         self.queue: list[Message] = []
         self.protect: Message | None = None
+        self.summary: Summary | None = None  # FIFO slot 0, loaded once per turn
 
     async def _append(self, **fields: Any) -> Message:
-        message = await self.store.append(self.now, event_id=self.event.id, **fields)
-        message.tokens = self.mind.counter.count_message(
-            render(message, self.mind.config.max_message_tokens)
+        message = await self.store.append(
+            self.now, self._tokens_of, event_id=self.event.id, **fields
         )
         self.queue.append(message)
         return message
+
+    def _tokens_of(self, message: Message) -> int:
+        return self.mind.counter.count_message(render(message, self.mind.config.max_message_tokens))
 
     async def run(self) -> TurnResult:
         config = self.mind.config
         blocks = await self.store.blocks()
         self.queue = await self.store.in_context()
+        self.summary = await self.store.latest_summary()
         payload = self.event.payload
         self.protect = await self._append(**trigger_fields(self.event.kind, payload["text"]))
         tools = ToolContext(
@@ -235,7 +239,7 @@ class Turn:
 
     async def _flush(self, tokens: int, raw: int) -> None:
         config, counter = self.mind.config, self.mind.counter
-        previous = await self.store.latest_summary()
+        previous = self.summary
         queue_raw = sum(m.tokens for m in self.queue)
         # Everything but the queue, with room for the new summary at its largest.
         fixed = raw - queue_raw - (previous.tokens if previous else 0) + config.max_summary_tokens
@@ -248,7 +252,9 @@ class Turn:
         )
         covers = (previous.covers_messages if previous else 0) + len(evicted)
         await self.store.evict(evicted)
-        await self.store.add_summary(text, covers, counter.count(text) + 40, self.now)
+        self.summary = await self.store.add_summary(
+            text, covers, counter.count(text) + 40, self.now
+        )
         gone = {id(m) for m in evicted}
         self.queue = [m for m in self.queue if id(m) not in gone]
         self.agent.pressure_warned = False
@@ -257,7 +263,7 @@ class Turn:
 
     async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
         config, counter = self.mind.config, self.mind.counter
-        summary = await self.store.latest_summary()
+        summary = self.summary
         # The summary covers exactly the messages evicted so far: those only search can reach.
         recall = summary.covers_messages if summary else 0
         archival = await self.store.passage_count()

@@ -170,8 +170,9 @@ async def import_agent(
     for i, item in enumerate(doc["messages"]):
         if not isinstance(item, dict) or item.get("role") not in ROLES:
             raise BadExport(f"messages[{i}] has no valid role")
-        message = await store.append(
+        await store.append(
             _when(item, f"messages[{i}]"),
+            lambda m: counter.count_message(render(m, config.max_message_tokens)),
             role=item["role"],
             content=clean_text(item["content"]) if item.get("content") is not None else None,
             tool_calls=item.get("tool_calls"),
@@ -179,9 +180,8 @@ async def import_agent(
             search_text=item.get("search_text")
             if "search_text" in item
             else (item.get("content") if item["role"] == "user" else None),
+            in_context=bool(item.get("in_context", False)),
         )
-        message.in_context = bool(item.get("in_context", False))
-        message.tokens = counter.count_message(render(message, config.max_message_tokens))
     for i, item in enumerate(doc.get("summaries") or []):
         await store.add_summary(
             item["text"],

@@ -38,16 +38,17 @@ class Page:
 
 
 # Ranked keyword search over one table's `tsv`; `{table}` and `{filter}` are fixed strings.
+# MATERIALIZED: inlined, a stale row estimate made Postgres rerun the corpus count per row.
 _KEYWORD_SQL = """
-WITH terms AS (
+WITH terms AS MATERIALIZED (
     SELECT DISTINCT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tq
     FROM unnest(tsvector_to_array(to_tsvector('english', :query))) AS lexeme
 ),
-corpus AS (
+corpus AS MATERIALIZED (
     SELECT count(*) AS n FROM {table} r
     WHERE r.tenant_id = :tenant AND r.agent_id = :agent {filter}
 ),
-weights AS (
+weights AS MATERIALIZED (
     SELECT t.tq, ln(1 + (corpus.n - count(r.id) + 0.5) / (count(r.id) + 0.5)) AS idf
     FROM terms t CROSS JOIN corpus
     JOIN {table} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.tsv @@ t.tq {filter}
@@ -146,7 +147,8 @@ async def recall_by_date(
                        count(*) OVER () AS total
                 FROM messages
                 WHERE tenant_id = :tenant AND agent_id = :agent AND search_text IS NOT NULL
-                  AND (created_at AT TIME ZONE :tz)::date BETWEEN :start AND :end
+                  AND created_at >= (CAST(:start AS timestamp) AT TIME ZONE :tz)
+                  AND created_at < ((CAST(:end AS timestamp) + interval '1 day') AT TIME ZONE :tz)
                 ORDER BY id LIMIT :limit OFFSET :offset
                 """
             ),

@@ -6,7 +6,7 @@ filters on both. Search lives in `core.search`; whole-agent data moves in `core.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -67,14 +67,15 @@ class AgentStore:
         )
         return list(rows)
 
-    async def append(self, now: datetime, **fields: Any) -> Message:
+    async def append(
+        self, now: datetime, tokens: Callable[[Message], int] | None = None, **fields: Any
+    ) -> Message:
+        """Store a message (in the FIFO queue); `tokens` counts it before the insert."""
+        fields.setdefault("in_context", True)
         message = Message(
-            tenant_id=self.scope.tenant_id,
-            agent_id=self.scope.agent_id,
-            created_at=now,
-            in_context=True,
-            **fields,
+            tenant_id=self.scope.tenant_id, agent_id=self.scope.agent_id, created_at=now, **fields
         )
+        message.tokens = tokens(message) if tokens else 0
         self.session.add(message)
         await self.session.flush()
         return message

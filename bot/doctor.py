@@ -1,0 +1,351 @@
+"""`companion doctor`: check what a deployment needs and say plainly what is wrong.
+
+    settings   the environment parses
+    database   reachable (embedded or DATABASE_URL), migrations at head
+    pgvector   the extension's version, the embedding dimension recorded in `meta`
+    model      a one-token chat completion; the embedding model and its dimension, when set
+    Slack      auth.test with SLACK_BOT_TOKEN; the Socket Mode token or HTTP-mode secret
+    Discord    GET /users/@me with DISCORD_TOKEN; the privileged intents the bot needs
+
+Each check prints one line, `ok  …` or `FAIL …` with what to do about it. Nothing is
+changed anywhere (no migrations, no messages). Exit status 0 when every check passes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+import aiohttp
+import openai
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.database import MIGRATIONS, asyncpg_url, database_server, make_engine
+from bot.observability import log_options, redact
+from bot.settings import Settings
+from core.errors import CompanionError
+
+TIMEOUT = 15.0
+OPENAI_URL = "https://api.openai.com/v1"
+SLACK_URL = "https://slack.com/api/"
+
+
+@dataclass(frozen=True)
+class Result:
+    ok: bool
+    text: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.text}"
+
+
+def ok(text: str) -> Result:
+    return Result(True, text)
+
+
+def fail(text: str) -> Result:
+    return Result(False, text)
+
+
+def _why(error: BaseException) -> str:
+    """An error in one short line, without the driver's wrapping or any secret."""
+    error = getattr(error, "orig", None) or error  # SQLAlchemy wraps the driver's error
+    words = str(error).strip().splitlines()
+    return redact(f"{type(error).__name__}: {words[0] if words else 'no details'}")
+
+
+# --- database --------------------------------------------------------------------------------
+
+
+def _migrations(connection: Connection) -> tuple[set[str], set[str]]:
+    """(revisions the database is at, the newest revisions in migrations/)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    newest = set(ScriptDirectory.from_config(config).get_heads())
+    return set(MigrationContext.configure(connection).get_current_heads()), newest
+
+
+async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
+    results = []
+    current, newest = await connection.run_sync(_migrations)
+    if current == newest:
+        results.append(ok(f"database migrations: at the newest revision ({', '.join(newest)})"))
+    else:
+        at = ", ".join(sorted(current)) or "no tables yet"
+        results.append(
+            fail(
+                f"database migrations: at {at}, the newest is {', '.join(sorted(newest))}; "
+                "any companion command (e.g. `companion run`) migrates on start"
+            )
+        )
+    version = await connection.scalar(
+        text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    )
+    if version is None:
+        available = await connection.scalar(
+            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
+        )
+        results.append(
+            fail(
+                "pgvector: available but not created yet; `companion run` creates it on start"
+                if available
+                else "pgvector: not installed on this PostgreSQL server; install pgvector "
+                "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
+                "the embedded database"
+            )
+        )
+        return results
+    held = None
+    if current:
+        held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
+    if held is None or int(held) == settings.embedding_dim:
+        results.append(ok(f"pgvector {version}; embeddings of {settings.embedding_dim} dimensions"))
+    else:
+        results.append(
+            fail(
+                f"pgvector {version}; the database holds {held}-dimension embeddings but "
+                f"COMPANION_EMBEDDING_DIM is {settings.embedding_dim}: set it back to {held}, "
+                f"or run `companion reembed --dim {settings.embedding_dim}`"
+            )
+        )
+    return results
+
+
+def _where(settings: Settings) -> str:
+    if not settings.database_url:
+        return f"the embedded database in {settings.data_dir}"
+    try:
+        url = make_url(asyncpg_url(settings.database_url))
+    except CompanionError:
+        return "DATABASE_URL"
+    host = url.host or url.query.get("host") or "localhost"  # or a Unix socket directory
+    return f"{host}:{url.port or 5432}/{url.database or ''}"
+
+
+async def check_database(settings: Settings) -> list[Result]:
+    where = _where(settings)
+    fix = (
+        "is the server running, and are the host, user and password in DATABASE_URL right?"
+        if settings.database_url
+        else "is COMPANION_DATA_DIR writable?"
+    )
+    try:
+        async with asyncio.timeout(TIMEOUT * 2):  # the embedded server may have to start
+            async with database_server(settings.database_url, settings.data_dir) as url:
+                engine = make_engine(url, settings.db_schema, pool_size=1)
+                try:
+                    async with engine.connect() as connection:
+                        server = await connection.scalar(text("SHOW server_version"))
+                        results = [ok(f"database: PostgreSQL {server} at {where}")]
+                        return results + await _schema_checks(connection, settings)
+                finally:
+                    await engine.dispose()
+    except TimeoutError:
+        return [fail(f"database: {where} did not answer within {TIMEOUT * 2:g} s; {fix}")]
+    except Exception as error:
+        return [fail(f"database: cannot use {where} ({_why(error)}); {fix}")]
+
+
+# --- model -----------------------------------------------------------------------------------
+
+
+def _model_problem(error: Exception, where: str, model: str, what: str) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return f"{what}: {where} did not answer within {TIMEOUT:g} s; is the server up?"
+    if isinstance(error, openai.APIConnectionError):
+        return (
+            f"{what}: cannot connect to {where}; is the server running and OPENAI_BASE_URL right?"
+        )
+    if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
+        return f"{what}: {where} refused OPENAI_API_KEY (HTTP {error.status_code}); set a valid key"
+    if isinstance(error, openai.NotFoundError):
+        return (
+            f"{what}: {where} has no model {model!r} (HTTP 404); check the model name, and "
+            "that OPENAI_BASE_URL ends where the API starts (often /v1)"
+        )
+    if isinstance(error, openai.APIStatusError):
+        return f"{what}: {where} answered HTTP {error.status_code}: {redact(error.message[:200])}"
+    return f"{what}: {where} gave an answer that is not OpenAI-compatible ({_why(error)})"
+
+
+async def check_model(settings: Settings) -> list[Result]:
+    try:
+        settings.require_model()
+    except CompanionError as error:
+        return [fail(f"model: {error}")]
+    model, where = settings.model or "", settings.openai_base_url or OPENAI_URL
+    client = openai.AsyncOpenAI(
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "not-needed",
+        timeout=min(settings.model_timeout, TIMEOUT),
+        max_retries=0,
+    )
+    async with client:
+        try:
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Say ok."}], max_tokens=1
+            )
+            results = [ok(f"model: {model} answers at {where}")]
+        except Exception as error:
+            results = [fail(_model_problem(error, where, model, "model"))]
+        if settings.embedding_model:
+            results.append(await _check_embeddings(client, settings, where))
+    return results
+
+
+async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:
+    model, dim = settings.embedding_model or "", settings.embedding_dim
+    try:
+        response = await client.embeddings.create(model=model, input=["ok"])
+        size = len(response.data[0].embedding)
+    except Exception as error:
+        return fail(_model_problem(error, where, model, "embedding model"))
+    if size != dim:
+        return fail(
+            f"embedding model: {model} returns {size} dimensions but COMPANION_EMBEDDING_DIM is "
+            f"{dim}; set COMPANION_EMBEDDING_DIM={size} and run `companion reembed --dim {size}`"
+        )
+    return ok(f"embedding model: {model} returns {size} dimensions")
+
+
+# --- platforms -------------------------------------------------------------------------------
+
+
+async def check_platforms(settings: Settings) -> list[Result]:
+    if not settings.slack_bot_token and not settings.discord_token:
+        return [
+            fail(
+                "platforms: none configured, so `companion run` has nothing to serve; set "
+                "DISCORD_TOKEN and/or SLACK_BOT_TOKEN (see README: Configuration)"
+            )
+        ]
+    return await check_slack(settings) + await check_discord(settings)
+
+
+async def check_slack(settings: Settings) -> list[Result]:
+    from slack_sdk.errors import SlackApiError
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    token = settings.slack_bot_token
+    if not token:
+        return []
+    where = settings.slack_api_url or SLACK_URL
+    client = AsyncWebClient(token=token, base_url=where, timeout=int(TIMEOUT))
+    try:
+        answer = await client.auth_test()
+        results = [ok(f"Slack: signed in as {answer.get('user')} in team {answer.get('team_id')}")]
+    except SlackApiError as error:
+        results = [
+            fail(
+                f"Slack: SLACK_BOT_TOKEN was refused ({error.response.get('error')}); copy the "
+                "Bot User OAuth Token (xoxb-…) from your app's OAuth & Permissions page"
+            )
+        ]
+    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+        results = [fail(f"Slack: cannot reach {where} ({_why(error)}); check SLACK_API_URL")]
+    if settings.slack_app_token:
+        results.append(
+            ok("Slack: Socket Mode (SLACK_APP_TOKEN)")
+            if settings.slack_app_token.startswith("xapp-")
+            else fail(
+                "Slack: SLACK_APP_TOKEN must start with xapp-: an app-level token with "
+                "connections:write, from your app's Basic Information page"
+            )
+        )
+    elif settings.slack_signing_secret:
+        results.append(
+            ok(f"Slack: HTTP mode, events at port {settings.http_port} path /slack/events")
+        )
+    else:
+        results.append(
+            fail(
+                "Slack: set SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode, "
+                "from your app's Basic Information page)"
+            )
+        )
+    return results
+
+
+async def check_discord(settings: Settings) -> list[Result]:
+    import discord
+
+    token = settings.discord_token
+    if not token:
+        return []
+    if settings.discord_api_url:  # class-level in discord.py, as in adapters.discord
+        discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
+    where = discord.http.Route.BASE
+    client = discord.Client(intents=discord.Intents.none())
+    try:
+        async with asyncio.timeout(TIMEOUT):
+            await client.login(token)
+        results = [ok(f"Discord: signed in as {client.user}")]
+        flags = client.application.flags if client.application else discord.ApplicationFlags()
+        for needed, intent, flag in (
+            ("Message Content Intent", "message contents", "gateway_message_content"),
+            ("Server Members Intent", "member joins", "gateway_guild_members"),
+        ):
+            if not (getattr(flags, flag) or getattr(flags, f"{flag}_limited")):
+                results.append(
+                    fail(
+                        f"Discord: the bot cannot see {intent}; turn on {needed} under Bot "
+                        "in the Discord Developer Portal"
+                    )
+                )
+        return results
+    except discord.LoginFailure:
+        return [
+            fail(
+                "Discord: DISCORD_TOKEN was refused; reset the token under Bot in the Discord "
+                "Developer Portal and set the new one"
+            )
+        ]
+    except discord.HTTPException as error:
+        return [fail(f"Discord: {where} answered HTTP {error.status}: {redact(error.text)}")]
+    except (aiohttp.ClientError, OSError, TimeoutError) as error:
+        return [fail(f"Discord: cannot reach {where} ({_why(error)}); check DISCORD_API_URL")]
+    finally:
+        await client.close()
+
+
+# --- the command -----------------------------------------------------------------------------
+
+CHECKS: list[Callable[[Settings], Awaitable[list[Result]]]] = [
+    check_database,
+    check_model,
+    check_platforms,
+]
+
+
+def check_settings(env: Mapping[str, str]) -> tuple[Settings | None, Result]:
+    try:
+        settings = Settings.from_env(env)
+        log_options(env, "run")
+    except CompanionError as error:
+        return None, fail(f"settings: {error}")
+    return settings, ok("settings: the environment parses")
+
+
+async def run_doctor(env: Mapping[str, str], out: TextIO) -> int:
+    """Print one line per check; 0 when all pass, 1 otherwise."""
+    settings, result = check_settings(env)
+    print(result.line(), file=out, flush=True)
+    if settings is None:
+        return 1
+    results = [result]
+    for check in CHECKS:
+        try:
+            found = await check(settings)
+        except Exception as error:  # a check that broke is a finding too, never a traceback
+            found = [fail(f"{check.__name__.removeprefix('check_')}: {_why(error)}")]
+        for result in found:
+            print(result.line(), file=out, flush=True)
+        results += found
+    return 0 if all(r.ok for r in results) else 1

@@ -1,0 +1,391 @@
+"""What an operator sees: JSON logs with event ids and no secrets or member words at INFO,
+Prometheus metrics, /healthz and /readyz, and `companion doctor`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import random
+import signal
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from bot.database import make_engine
+from bot.doctor import run_doctor
+from bot.health import Health, add_health_routes
+from bot.observability import PrometheusMetrics, log_handler, log_options
+from core.config import EngineConfig
+from core.errors import ConfigError
+from core.events import EventKind, InboundEvent
+from tests.conftest import COMPANION, cli_env
+from tests.fake_discord import FakeDiscord, user
+from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
+from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+from tests.test_run import free_port, wait_for
+
+SMALL = EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000, rate_limit=None)
+SECRET_WORDS = "my zucchini is called Esmeralda"
+
+
+def msg(words: str) -> InboundEvent:
+    return InboundEvent(EventKind.USER_MESSAGE, words)
+
+
+def chatty(body):
+    if is_summary_request(body):
+        return summary_of(body)
+    return say(f"ok: {last_user_text(body)[:40]}")
+
+
+@pytest.fixture
+def captured() -> Iterator[io.StringIO]:
+    """Every log record of the process, as `companion run` writes them (JSON lines)."""
+    stream, root = io.StringIO(), logging.getLogger()
+    handler, level = log_handler(stream, json=True), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    yield stream
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def samples(exposition: bytes) -> dict[tuple[str, frozenset], float]:
+    found = {}
+    for family in text_string_to_metric_families(exposition.decode()):
+        for sample in family.samples:
+            found[sample.name, frozenset(sample.labels.items())] = sample.value
+    return found
+
+
+def value(found: dict, name: str, **labels: str) -> float | None:
+    return found.get((name, frozenset(labels.items())))
+
+
+# --- logs ------------------------------------------------------------------------------------
+
+
+async def test_json_logs_carry_the_event_ids_and_never_the_members_words(
+    make_engine_for, fake, captured
+):
+    engine = make_engine_for(retries=0)
+    scope = await engine.agent("t", "ann")
+    ok = await engine.converse(scope, msg(SECRET_WORDS))
+    fake.fail_next(500)
+    failed = await engine.converse(scope, msg(SECRET_WORDS + " again"))
+
+    records = lines(captured)
+    assert {"time", "level", "logger", "message"} <= set(records[0])
+    for event_id in (ok.event_id, failed.event_id):
+        during = [r for r in records if r.get("event_id") == event_id]
+        assert during, f"no log line carries event {event_id}"
+        assert all(
+            (r["tenant_id"], r["agent_id"]) == (scope.tenant_id, scope.agent_id) for r in during
+        )
+    (warning,) = [r for r in records if r["level"] == "WARNING" and r["logger"] == "core.engine"]
+    assert warning["event_id"] == failed.event_id and "HTTP 500" in warning["message"]
+    loud = [r for r in records if r["level"] != "DEBUG"]
+    assert not [r for r in loud if "zucchini" in json.dumps(r) or "Esmeralda" in json.dumps(r)]
+
+
+def test_secrets_are_masked_in_messages_arguments_and_tracebacks(captured):
+    secrets = [
+        "sk-proj-4f9Qm2XcV7bN1aLk",
+        "xoxb-1234567890-0987654321-AbCdEfGhIjKl",
+        "xapp-1-A0123-456789-abcdef0123",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc4OQ.GhIjKl.aBcDeFgHiJkLmNoPqRsTuVwXyZ012345",
+        "s3cr3t-pa55",
+    ]
+    log = logging.getLogger("companion.test")
+    log.warning("key %s in %s", secrets[0], {"token": secrets[1]})
+    log.info(f"Authorization: Bearer {secrets[4]}xyz app={secrets[2]}")
+    log.error("db postgresql://companion:%s@db:5432/companion", secrets[4])
+    try:
+        raise RuntimeError(f"login with {secrets[3]} failed")
+    except RuntimeError:
+        log.exception("discord")
+
+    out = captured.getvalue()
+    assert not [s for s in secrets if s in out]
+    assert out.count("***") >= 5 and "xoxb-***" in out and "Bearer ***" in out
+    assert "RuntimeError: login with *** failed" in lines(captured)[-1]["exc"]
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+async def test_metrics_count_events_model_calls_tokens_flushes_and_errors(
+    make_engine_for, fake, sessions
+):
+    fake.brain = chatty
+    engine = make_engine_for(SMALL, retries=0)
+    metrics = engine.mind.metrics = PrometheusMetrics(sessions)
+    scope = await engine.agent("t", "ann")
+    rng, conversations, flushes = random.Random(4), 0, 0
+    while not flushes:
+        words = " ".join(rng.choice(["river", "maple", "quartz", "ember"]) for _ in range(120))
+        exchange = await engine.converse(scope, msg(words))
+        conversations, flushes = conversations + 1, exchange.result.flushes
+        assert conversations < 100, "no flush happened"
+    fake.fail_next(500, times=5)
+    await engine.converse(scope, msg("are you there?"))
+
+    found = samples(await metrics.exposition())
+    done = value(found, "companion_events_total", kind="user_message", status="done")
+    assert done == conversations
+    assert value(found, "companion_events_total", kind="user_message", status="failed") == 1
+    assert value(found, "companion_errors_total", kind="model") == 1
+    assert value(found, "companion_flushes_total") == 1
+    assert value(found, "companion_warnings_total") >= 1
+    model_calls = len(fake.chat_requests) - 1  # the last one failed
+    assert value(found, "companion_model_seconds_count") == model_calls
+    assert value(found, "companion_model_seconds_sum") > 0
+    assert value(found, "companion_completion_tokens_total") == 10 * model_calls
+    assert value(found, "companion_prompt_tokens_total") > 1000 * conversations
+    assert value(found, "companion_turn_seconds_count") == conversations + 1
+
+
+async def test_queue_depth_is_measured_in_postgres_when_scraped(engine, sessions):
+    metrics = PrometheusMetrics(sessions)
+    scope = await engine.agent("t", "ann")
+
+    await engine.submit(scope, msg("hello"))
+    found = samples(await metrics.exposition())
+    assert value(found, "companion_queue_depth", queue="events") == 1
+    assert value(found, "companion_queue_depth", queue="outbox") == 0
+
+    (result,) = await engine.drain(scope)
+    found = samples(await metrics.exposition())
+    assert value(found, "companion_queue_depth", queue="events") == 0
+    assert value(found, "companion_queue_depth", queue="outbox") == 1  # not yet sent
+
+    await engine.take_replies(result.event_id)
+    found = samples(await metrics.exposition())
+    assert value(found, "companion_queue_depth", queue="outbox") == 0
+
+
+# --- health ----------------------------------------------------------------------------------
+
+
+async def get(health: Health, path: str) -> tuple[int, str]:
+    async with TestClient(TestServer(add_health_routes(aiohttp.web.Application(), health))) as c:
+        response = await c.get(path)
+        return response.status, await response.text()
+
+
+async def test_healthz_and_readyz_follow_the_database_and_the_platforms(sessions):
+    health = Health(sessions, PrometheusMetrics(sessions), started=True)
+    assert (await get(health, "/healthz"))[0] == 200
+    assert (await get(health, "/readyz")) == (200, '{"ready": true}')
+
+    health.started = False
+    status, body = await get(health, "/readyz")
+    assert status == 503 and "platforms" in json.loads(body)["reason"]
+
+    closed = make_engine(f"postgresql://companion:pw@127.0.0.1:{free_port()}/companion")
+    try:
+        down = Health(async_sessionmaker(closed), PrometheusMetrics(async_sessionmaker(closed)))
+        down.started = True
+        assert (await get(down, "/healthz"))[0] == 200
+        status, body = await get(down, "/readyz")
+        assert status == 503 and "database" in json.loads(body)["reason"]
+        assert "pw" not in body
+        status, body = await get(down, "/metrics")  # the rest still reported
+        assert status == 200 and "companion_events_total" in body
+        assert "companion_queue_depth{" not in body
+    finally:
+        await closed.dispose()
+
+
+# --- companion doctor ------------------------------------------------------------------------
+
+
+async def doctor(env: dict) -> tuple[int, list[str], str]:
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        "doctor",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode().splitlines(), err.decode()
+
+
+class Approved(FakeDiscord):
+    """A Discord application with both privileged intents turned on."""
+
+    def _application(self):
+        return {**super()._application(), "flags": (1 << 15) | (1 << 19)}
+
+
+BOT = user(1_200_000_000_000_000_001, "Companion", bot=True)
+
+
+async def test_doctor_passes_against_working_services(fake, pg_url, schema):
+    async with FakeSlack() as slack, Approved(BOT, 1_200_000_000_000_000_002) as discord:
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            COMPANION_EMBEDDING_MODEL="fake-embed",
+            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_SIGNING_SECRET="secret",
+            SLACK_API_URL=slack.base_url,
+            DISCORD_TOKEN="discord-token",
+            DISCORD_API_URL=discord.api_url,
+        )
+        status, out, err = await doctor(env)
+    assert status == 0, out
+    assert all(line.startswith("ok  ") for line in out), out
+    for check in (
+        "settings",
+        "database: PostgreSQL",
+        "database migrations",
+        "pgvector",
+        "model",
+        "embedding model",
+    ):
+        assert any(line.startswith(f"ok   {check}") for line in out), (check, out)
+    assert any("Slack: signed in" in line for line in out)
+    assert any("Discord: signed in as companion" in line for line in out)
+    assert slack.called("auth.test") and fake.requests[-1]["max_tokens"] == 1
+    assert "Traceback" not in err
+
+
+async def test_doctor_says_what_is_wrong_without_a_traceback(fake, pg_url, schema):
+    async with FakeSlack() as slack, FakeDiscord(BOT, 1_200_000_000_000_000_002) as discord:
+        slack.fail_methods["auth.test"] = "invalid_auth"
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1",
+            SLACK_BOT_TOKEN="xoxb-revoked",
+            SLACK_APP_TOKEN="xoxb-not-an-app-token",
+            SLACK_API_URL=slack.base_url,
+            DISCORD_TOKEN="discord-token",
+            DISCORD_API_URL=discord.api_url,
+        )
+        status, out, err = await doctor(env)
+    assert status == 1
+    failures = [line for line in out if line.startswith("FAIL ")]
+    assert any("model" in f and "cannot connect" in f and "OPENAI_BASE_URL" in f for f in failures)
+    assert any("SLACK_BOT_TOKEN was refused (invalid_auth)" in f for f in failures)
+    assert any("SLACK_APP_TOKEN must start with xapp-" in f for f in failures)
+    assert any("Message Content Intent" in f for f in failures)
+    assert any(line.startswith("ok   database") for line in out)
+    assert "Traceback" not in err and "Traceback" not in "\n".join(out)
+    assert "xoxb-revoked" not in "\n".join(out)
+
+
+async def test_doctor_on_a_database_that_is_down_or_not_migrated(fake, pg_url):
+    down = cli_env(fake, f"postgresql://companion:pw@127.0.0.1:{free_port()}/companion")
+    out = io.StringIO()
+    assert await run_doctor(down, out) == 1
+    (database,) = [line for line in out.getvalue().splitlines() if "database" in line]
+    assert database.startswith("FAIL database: cannot use 127.0.0.1:")
+    assert "DATABASE_URL" in database and "pw" not in database
+
+    engine = make_engine(pg_url)
+    async with engine.begin() as connection:
+        await connection.execute(text("DROP SCHEMA IF EXISTS doctor_empty CASCADE"))
+        await connection.execute(text("CREATE SCHEMA doctor_empty"))
+    await engine.dispose()
+    out = io.StringIO()
+    assert await run_doctor(cli_env(fake, pg_url, "doctor_empty"), out) == 1
+    assert "FAIL database migrations: at no tables yet" in out.getvalue()
+
+    out = io.StringIO()
+    assert await run_doctor({"COMPANION_RATE_LIMIT": "lots"}, out) == 1
+    assert out.getvalue().startswith("FAIL settings: COMPANION_RATE_LIMIT must look like")
+
+
+# --- companion run ---------------------------------------------------------------------------
+
+
+async def test_run_serves_health_and_metrics_next_to_slack_and_logs_json(fake, pg_url, schema):
+    port = free_port()
+    async with FakeSlack() as api:
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            SLACK_BOT_TOKEN="xoxb-test",
+            SLACK_SIGNING_SECRET="secret",
+            SLACK_API_URL=api.base_url,
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+            COMPANION_LOG_LEVEL="INFO",
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
+        )
+        root = f"http://127.0.0.1:{port}"
+        event = {"type": "message", "channel": "D1", "user": "U1", "text": SECRET_WORDS}
+        event.update(ts="1700000000.1", channel_type="im")
+        body = json.dumps(
+            {
+                "team_id": TEAM,
+                "event": event,
+                "type": "event_callback",
+                "event_id": "Ev1",
+                "api_app_id": "A1",
+                "authorizations": [{"team_id": TEAM, "user_id": BOT_USER}],
+            }
+        )
+        try:
+            async with aiohttp.ClientSession() as http:
+                ready = 0
+                for _ in range(200):  # until it listens and the platforms are up
+                    try:
+                        async with http.get(f"{root}/readyz") as r:
+                            if (ready := r.status) == 200:
+                                break
+                    except aiohttp.ClientConnectionError:
+                        pass
+                    await asyncio.sleep(0.1)
+                assert ready == 200
+                async with http.get(f"{root}/healthz") as r:
+                    assert r.status == 200
+                headers = signed(body, "secret")
+                async with http.post(f"{root}/slack/events", data=body, headers=headers) as r:
+                    assert r.status == 200
+                assert await wait_for(lambda: api.called("chat.postMessage"))
+                async with http.get(f"{root}/metrics") as r:
+                    assert r.status == 200 and r.content_type == "text/plain"
+                    found = samples(await r.read())
+            done = value(found, "companion_events_total", kind="user_message", status="done")
+            assert done == 1
+            assert value(found, "companion_queue_depth", queue="events") == 0
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    records = [json.loads(line) for line in err.decode().splitlines()]  # every line is JSON
+    assert any("HTTP mode" in r["message"] for r in records)
+    assert "zucchini" not in err.decode() and "xoxb-test" not in err.decode()
+
+
+def test_log_options_json_for_run_text_for_people():
+    assert log_options({}, "run") == (logging.WARNING, True)
+    assert log_options({}, "chat") == (logging.WARNING, False)
+    assert log_options({"COMPANION_LOG_FORMAT": "text", "COMPANION_LOG_LEVEL": "info"}, "run") == (
+        logging.INFO,
+        False,
+    )
+    with pytest.raises(ConfigError, match="COMPANION_LOG_FORMAT must be json or text"):
+        log_options({"COMPANION_LOG_FORMAT": "xml"}, "run")
+    with pytest.raises(ConfigError, match="COMPANION_LOG_LEVEL"):
+        log_options({"COMPANION_LOG_LEVEL": "loud"}, "run")
