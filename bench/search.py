@@ -1,0 +1,363 @@
+"""Recall and archival search latency on a large agent (100k rows by default).
+
+    python bench/search.py [--rows 100000] [--dim 1536] [--queries 50]
+
+Loads, for one agent, --rows messages (generated English chat lines spread over --days) and
+--rows archival passages with random unit vectors of --dim dimensions; other agents get the
+same numbers again between them, so every query has to filter to its agent. Then times the
+product's own search functions (`core.search`): `recall_search` with natural-language
+questions, `recall_by_date` over 1-7 day ranges, `archival_search` with an embedding (the
+HNSW index; EXPLAIN shows whether `passages_embedding` is used) and `archival_search` by key
+words (embedding=None). Pages 1 and 3, --page-size results each.
+
+Bulk load: indexes on the two tables are dropped, rows go in with COPY (text) and one
+INSERT ... SELECT (vectors made by the server), then the same indexes are rebuilt from their
+saved definitions and timed. The HNSW build takes minutes at 1536 dimensions on 2 cores;
+--dim 384 is a quicker run. Needs PostgreSQL 16+ (random_normal) and pgvector 0.8+.
+
+Prints numbers only; no assertions. Starts an embedded Postgres in a temporary directory
+unless --database-url is given (then it works in a throwaway schema).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import asyncpg
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bench.common import (
+    Database,
+    bench_database,
+    chat_line,
+    machine,
+    question,
+    revision,
+    server_version,
+    settings_block,
+    stats_ms,
+    table,
+)
+from core.config import EngineConfig
+from core.directory import ensure_agent
+from core.search import Page, archival_search, recall_by_date, recall_search
+from core.store import Scope
+
+T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
+MESSAGE_COLUMNS = [
+    "tenant_id",
+    "agent_id",
+    "role",
+    "content",
+    "search_text",
+    "tokens",
+    "in_context",
+    "created_at",
+]
+
+
+def log(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.laps: list[tuple[str, float]] = []
+
+    async def time(self, label: str, work: Awaitable[Any]) -> Any:
+        log(f"{label} ...")
+        start = time.perf_counter()
+        result = await work
+        self.laps.append((label, time.perf_counter() - start))
+        return result
+
+
+# ---------------------------------------------------------------- loading
+
+
+def spread(n: int, agents: list[Scope]) -> list[Scope]:
+    """The owner of each of n rows, spread evenly over `agents`."""
+    return [agents[i % len(agents)] for i in range(n)]
+
+
+def message_records(owners: list[Scope], days: int, seed: int) -> list[tuple]:
+    rng = random.Random(seed)
+    step = days * 86400 / max(len(owners), 1)
+    records = []
+    for i, owner in enumerate(owners):
+        line = chat_line(rng)
+        role = "user" if i % 2 == 0 else "assistant"
+        when = T0 + timedelta(seconds=i * step)
+        records.append((owner.tenant_id, owner.agent_id, role, line, line, 0, False, when))
+    return records
+
+
+async def drop_indexes(raw: asyncpg.Connection, tables: list[str]) -> list[tuple[str, str]]:
+    """Drop the secondary indexes of `tables`; returns (name, definition) to rebuild them."""
+    rows = await raw.fetch(
+        """
+        SELECT i.indexname, i.indexdef FROM pg_indexes i
+        JOIN pg_class c ON c.relname = i.indexname
+        JOIN pg_index x ON x.indexrelid = c.oid
+        WHERE i.schemaname = current_schema() AND i.tablename = ANY($1::text[])
+          AND NOT x.indisprimary
+        """,
+        tables,
+    )
+    for row in rows:
+        await raw.execute(f'DROP INDEX "{row["indexname"]}"')
+    return [(row["indexname"], row["indexdef"]) for row in rows]
+
+
+async def load(
+    db: Database, target: Scope, others: list[Scope], args: argparse.Namespace, watch: Stopwatch
+) -> list[tuple[str, str]]:
+    raw = await db.raw()
+    try:
+        await raw.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
+        saved = await drop_indexes(raw, ["messages", "passages"])
+        owners = [target] * args.rows + spread(args.rows, others)
+        records = message_records(owners, args.days, args.seed)
+        await watch.time(
+            f"COPY {len(records):,} messages",
+            raw.copy_records_to_table("messages", records=records, columns=MESSAGE_COLUMNS),
+        )
+        rng = random.Random(args.seed)
+        step = args.days * 86400 / args.rows
+        staging = [
+            (
+                i,
+                o.tenant_id,
+                o.agent_id,
+                " ".join(chat_line(rng) for _ in range(2)),
+                T0 + timedelta(seconds=(i % args.rows) * step),
+            )
+            for i, o in enumerate(owners)
+        ]
+        await raw.execute(
+            "CREATE TEMP TABLE staging (n int, tenant_id bigint, agent_id bigint, text text, "
+            "created_at timestamptz)"
+        )
+        await raw.copy_records_to_table("staging", records=staging)
+        await raw.execute("SELECT setseed($1)", (args.seed % 1000) / 1000)
+        await watch.time(
+            f"INSERT {len(staging):,} passages with random unit vectors ({args.dim} dims)",
+            raw.execute(
+                """
+                INSERT INTO passages (tenant_id, agent_id, text, source, embedding, created_at)
+                SELECT s.tenant_id, s.agent_id, s.text, 'bench',
+                       l2_normalize(ARRAY(
+                           SELECT random_normal() FROM generate_series(1, $1) WHERE s.n >= 0
+                       )::vector),
+                       s.created_at
+                FROM staging s ORDER BY s.n
+                """,
+                args.dim,
+            ),
+        )
+        for name, definition in saved:
+            await watch.time(f"CREATE INDEX {name}", raw.execute(definition))
+        await watch.time(
+            "VACUUM ANALYZE messages, passages", raw.execute("VACUUM ANALYZE messages, passages")
+        )
+    finally:
+        await raw.close()
+    return saved
+
+
+# ---------------------------------------------------------------- querying
+
+Search = Callable[[AsyncSession, int], Awaitable[Page]]
+
+
+async def timed_queries(
+    sessions: async_sessionmaker[AsyncSession], searches: list[Search], warmup: int = 5
+) -> dict[int, tuple[list[float], list[int]]]:
+    """Run every search at pages 1 and 3, each in its own transaction; seconds and totals."""
+    results: dict[int, tuple[list[float], list[int]]] = {1: ([], []), 3: ([], [])}
+    for i, search in enumerate(searches[:warmup] + searches):
+        for page in (1, 3):
+            async with sessions() as session, session.begin():
+                start = time.perf_counter()
+                found = await search(session, page)
+                took = time.perf_counter() - start
+            if i >= warmup:
+                results[page][0].append(took)
+                results[page][1].append(found.total)
+    return results
+
+
+class Capture:
+    """Keeps the last SQL statement (with parameters) that contains `marker`."""
+
+    def __init__(self, db: Database, marker: str) -> None:
+        self.marker = marker
+        self.statement: tuple[str, Any] | None = None
+        event.listen(db.engine.sync_engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if self.marker in statement:
+            self.statement = (statement, parameters)
+
+
+async def explain(session: AsyncSession, captured: tuple[str, Any]) -> list[str]:
+    statement, parameters = captured
+    conn = await session.connection()
+    result = await conn.exec_driver_sql("EXPLAIN (ANALYZE, COSTS OFF) " + statement, parameters)
+    return [row[0] for row in result.all()]
+
+
+def unit_vector(rng: random.Random, dim: int) -> list[float]:
+    vector = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    norm = sum(v * v for v in vector) ** 0.5
+    return [v / norm for v in vector]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", help="use this Postgres (a throwaway schema in it)")
+    parser.add_argument("--rows", type=int, default=100_000, help="messages and passages")
+    parser.add_argument("--other-agents", type=int, default=99, help="agents sharing --rows more")
+    parser.add_argument("--dim", type=int, default=1536, help="embedding dimension")
+    parser.add_argument("--queries", type=int, default=50, help="timed queries per kind")
+    parser.add_argument("--page-size", type=int, default=EngineConfig().page_size)
+    parser.add_argument("--days", type=int, default=730, help="time span of the messages")
+    parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index builds")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    if args.dim >= 1000:
+        log(
+            f"building an HNSW index over {2 * args.rows:,} vectors of {args.dim} dimensions "
+            "takes minutes on 2 cores; --dim 384 is quicker"
+        )
+
+    async with bench_database(args.database_url, embedding_dim=args.dim, pool_size=2) as db:
+        sessions = async_sessionmaker(db.engine, expire_on_commit=False)
+        async with sessions() as session, session.begin():
+            config = EngineConfig()
+            target = await ensure_agent(session, "bench", "target", config)
+            others = [
+                await ensure_agent(session, "bench", f"other-{i}", config)
+                for i in range(args.other_agents)
+            ]
+        host = machine()
+        watch = Stopwatch()
+        await load(db, target, others, args, watch)
+
+        rng = random.Random(args.seed)
+        size = args.page_size
+        questions = [question(rng) for _ in range(args.queries)]
+        ranges = []
+        for _ in range(args.queries):
+            start = T0.date() + timedelta(days=rng.randrange(args.days))
+            ranges.append((start, start + timedelta(days=rng.randrange(7))))
+        vectors = [unit_vector(rng, args.dim) for _ in range(args.queries)]
+
+        def recall(q: str) -> Search:
+            return lambda s, page: recall_search(s, target, q, page, size)
+
+        def by_date(r: tuple[date, date]) -> Search:
+            return lambda s, page: recall_by_date(s, target, r[0], r[1], "UTC", page, size)
+
+        def nearest(v: list[float]) -> Search:
+            return lambda s, page: archival_search(s, target, "", v, page, size)
+
+        def keywords(q: str) -> Search:
+            return lambda s, page: archival_search(s, target, q, None, page, size)
+
+        kinds = [
+            ("recall_search (key words)", [recall(q) for q in questions]),
+            ("recall_by_date (1-7 days)", [by_date(r) for r in ranges]),
+            ("archival_search (embedding)", [nearest(v) for v in vectors]),
+            ("archival_search (key words)", [keywords(q) for q in questions]),
+        ]
+        rows = []
+        for label, searches in kinds:
+            log(f"timing {label}")
+            results = await timed_queries(sessions, searches)
+            for page in (1, 3):
+                seconds, totals = results[page]
+                s = stats_ms(seconds)
+                rows.append(
+                    [
+                        label,
+                        page,
+                        len(seconds),
+                        s["median"],
+                        s["p95"],
+                        s["mean"],
+                        int(statistics.median(totals)),
+                    ]
+                )
+
+        vector_sql = Capture(db, "<=>")
+        recall_sql = Capture(db, "tsvector_to_array")
+        async with sessions() as session, session.begin():
+            await archival_search(session, target, "", vectors[0], 1, size)
+            assert vector_sql.statement is not None
+            vector_plan = await explain(session, vector_sql.statement)
+        async with sessions() as session, session.begin():
+            await recall_search(session, target, questions[0], 1, size)
+            assert recall_sql.statement is not None
+            recall_plan = await explain(session, recall_sql.statement)
+
+        print(
+            settings_block(
+                "Settings",
+                {
+                    "database": f"{db.where} ({await server_version(db.engine)})",
+                    "machine": host,
+                    "code": revision(),
+                    "target agent": f"{args.rows:,} messages, {args.rows:,} passages",
+                    "other agents": f"{args.other_agents}, sharing {args.rows:,} messages and "
+                    f"{args.rows:,} passages",
+                    "messages": f"1-3 generated English sentences, over {args.days} days",
+                    "passages": f"2-6 sentences; random unit vectors, {args.dim} dimensions",
+                    "queries": f"{args.queries} per kind (after 5 untimed), pages 1 and 3, "
+                    f"page_size {size}, one transaction each",
+                    "index builds": f"maintenance_work_mem {args.maintenance_work_mem}",
+                    "timer": "time.perf_counter around the core.search call",
+                },
+            )
+        )
+        print("\nLoad and index build")
+        print(table(["step", "seconds"], [[label, secs] for label, secs in watch.laps]))
+        print("\nSearch latency (ms)")
+        print(table(["search", "page", "queries", "median", "p95", "mean", "median total"], rows))
+
+        used = any("passages_embedding" in line for line in vector_plan)
+        print(
+            f"\nEXPLAIN ANALYZE of archival_search (embedding), page 1: HNSW index "
+            f"passages_embedding {'USED' if used else 'NOT used'}"
+        )
+        for line in vector_plan:
+            print("    " + re.sub(r"'\[[^\]]{60,}\]'", f"'[{args.dim} numbers]'", line))
+        indexes = sorted(
+            {
+                w
+                for line in recall_plan
+                for w in line.replace("(", " ").split()
+                if "_" in w and w.startswith(("messages_", "passages_"))
+            }
+        )
+        print(
+            f"\nEXPLAIN ANALYZE of recall_search, page 1: indexes used: "
+            f"{', '.join(indexes) or 'none'}; {recall_plan[-1].strip()}"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
