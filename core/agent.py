@@ -191,24 +191,27 @@ class Turn:
                 await self._append(role="system", content=EMPTY_ANSWER_NOTE)
                 return True  # a member who wrote gets an answer, not silence
             return False  # e.g. a scheduled interrupt: staying quiet is a choice
-        reply = await self._append(
-            role="assistant", content=thought, tool_calls=_tool_calls_json(completion)
-        )
         if not completion.tool_calls:
             # No functions at all: a plain answer is the reply, unless one was already sent.
+            said = None
             if thought and thought.strip() and not tools.sent:
-                tools.sent.append(thought.strip())
-                reply.search_text = thought.strip()
+                said = thought.strip()
+                tools.sent.append(said)
+            await self._append(role="assistant", content=thought, search_text=said)
             self.result.steps.append(Step(thought, (), tokens))
             return False
         sent_before = len(tools.sent)
-        outcomes = []
-        for call in completion.tool_calls:
-            outcome = await execute(call, tools)
-            outcomes.append(outcome)
-            await self._append(role="tool", content=outcome.result, tool_call_id=call.id)
-        if len(tools.sent) > sent_before:
-            reply.search_text = "\n".join(tools.sent[sent_before:])
+        outcomes = [await execute(call, tools) for call in completion.tool_calls]
+        # Stored after running, so the call carries what it said; ids keep the order.
+        said = "\n".join(tools.sent[sent_before:]) or None
+        await self._append(
+            role="assistant",
+            content=thought,
+            tool_calls=_tool_calls_json(completion),
+            search_text=said,
+        )
+        for outcome in outcomes:
+            await self._append(role="tool", content=outcome.result, tool_call_id=outcome.call.id)
         self.result.steps.append(Step(thought, tuple(outcomes), tokens))
         sent = any(o.ok and o.call.name == "send_message" for o in outcomes)
         return any(not o.ok or o.heartbeat for o in outcomes) or not sent

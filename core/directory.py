@@ -76,15 +76,6 @@ async def find_agent(session: AsyncSession, tenant: str, user: str) -> Scope | N
     return Scope(row[0], row[1]) if row else None
 
 
-async def user_timezone(session: AsyncSession, scope: Scope) -> str:
-    tz = await session.scalar(
-        select(User.timezone)
-        .join(Agent, Agent.user_id == User.id)
-        .where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
-    )
-    return tz or "UTC"
-
-
 async def reset_agent(
     session: AsyncSession, tenant: str, user: str, config: EngineConfig
 ) -> Scope | None:

@@ -30,13 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.agent import Mind, Turn, TurnResult
 from core.budgets import over_limit, record_usage
-from core.directory import ensure_agent, user_timezone
+from core.directory import ensure_agent
 from core.documents import chunk_text, extract_text, store_document
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.models import Agent, Event, Outbox, Tenant, User
-from core.schedule import after_event
+from core.schedule import after_event, member_of
 from core.store import AgentStore, Scope, enter_scope
 
 log = logging.getLogger(__name__)
@@ -195,11 +195,25 @@ class Engine:
                     return results
                 with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
                     results.append(await self._handle(session, store, agent, event))
+                more = await session.scalar(
+                    select(Event.id)
+                    .where(
+                        Event.tenant_id == scope.tenant_id,
+                        Event.agent_id == scope.agent_id,
+                        Event.status == "pending",
+                    )
+                    .limit(1)
+                )
+            # An event stored after this check is drained by its own submitter, who waited
+            # for the lock this transaction held.
+            if more is None:
+                return results
 
     async def _handle(
         self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
     ) -> TurnResult:
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
+        tenant, user = await member_of(session, agent)
         limited = await over_limit(session, store.scope, event, now, self.mind.config)
         if limited is not None:
             reason, reply = limited
@@ -207,7 +221,9 @@ class Engine:
             result = TurnResult(event.id, error=f"limited: {reason}")
             status, replies = "limited", [reply] if event.kind == EventKind.USER_MESSAGE else []
         else:
-            result, status, replies = await self._think(session, store, agent, event, now)
+            result, status, replies = await self._think(
+                session, store, agent, event, now, user.timezone
+            )
         if status != "done":
             # No turn happened (or it was rolled back): the member's words still go to recall.
             await store.append(
@@ -217,9 +233,10 @@ class Engine:
             await store.add_outbox(text, event.id, now)
         event.status, event.error, event.processed_at = status, result.error, now
         purpose = (event.payload.get("meta") or {}).get("purpose")
-        await after_event(
-            session,
+        after_event(
             agent,
+            tenant,
+            user,
             event.kind,
             purpose,
             status == "done" and bool(replies),
@@ -233,10 +250,16 @@ class Engine:
         return result
 
     async def _think(
-        self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event, now: datetime
+        self,
+        session: AsyncSession,
+        store: AgentStore,
+        agent: Agent,
+        event: Event,
+        now: datetime,
+        timezone: str,
     ) -> tuple[TurnResult, str, list[str]]:
         """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
-        turn = Turn(self.mind, store, agent, event, now, await user_timezone(session, store.scope))
+        turn = Turn(self.mind, store, agent, event, now, timezone)
         try:
             async with session.begin_nested():
                 result = await turn.run()

@@ -68,6 +68,8 @@ def schema_of(fn: Tool) -> dict[str, Any]:
 
 
 REGISTRY: dict[str, Tool] = {fn.__name__: fn for fn in TOOLS}
+# Tools that touch no database row while they run (blocks are saved with the turn).
+IN_MEMORY = {"send_message", "core_memory_append", "core_memory_replace"}
 SCHEMAS: list[dict[str, Any]] = [schema_of(fn) for fn in TOOLS]
 
 
@@ -133,8 +135,11 @@ async def execute(call: ToolCall, ctx: ToolContext) -> Outcome:
         )
     try:
         args = parse_arguments(fn, call.arguments)
-        async with ctx.store.session.begin_nested():  # a failed tool leaves no half-writes
+        if call.name in IN_MEMORY:
             result = await fn(ctx, **args)
+        else:
+            async with ctx.store.session.begin_nested():  # a failed query leaves no half-writes
+                result = await fn(ctx, **args)
     except ToolError as error:
         return Outcome(call, _truncate(f"Error: {error}", limit), False)
     except Exception:  # a bug of ours: tell the model, keep the turn alive, log it

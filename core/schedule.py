@@ -80,7 +80,7 @@ def _ago(then: datetime | None, now: datetime) -> str:
     return f"{hours / 24:.0f} days ago" if hours >= 36 else f"{hours:.0f} hours ago"
 
 
-async def _member(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
+async def member_of(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
     row = (
         await session.execute(
             select(Tenant, User)
@@ -91,11 +91,14 @@ async def _member(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
     return row[0], row[1]
 
 
-async def plan_for(session: AsyncSession, agent: Agent, config: ScheduleConfig) -> Plan:
-    tenant, user = await _member(session, agent)
+def plan_with(agent: Agent, tenant: Tenant, user: User, config: ScheduleConfig) -> Plan:
     policy = policy_for(config.openers, tenant.settings or {}, user.settings or {}, user.timezone)
     history = OpenerHistory(agent.last_active_at, agent.last_opener_at, agent.openers_unanswered)
     return next_opener(policy, history, jitter_for(agent.id, agent.last_active_at))
+
+
+async def plan_for(session: AsyncSession, agent: Agent, config: ScheduleConfig) -> Plan:
+    return plan_with(agent, *await member_of(session, agent), config)
 
 
 async def replan(session: AsyncSession, agent: Agent, config: ScheduleConfig) -> Plan:
@@ -104,9 +107,10 @@ async def replan(session: AsyncSession, agent: Agent, config: ScheduleConfig) ->
     return plan
 
 
-async def after_event(
-    session: AsyncSession,
+def after_event(
     agent: Agent,
+    tenant: Tenant,
+    user: User,
     kind: str,
     purpose: str | None,
     replied: bool,
@@ -117,13 +121,12 @@ async def after_event(
     if kind == EventKind.USER_MESSAGE:
         agent.last_active_at = now
         agent.openers_unanswered = 0
-        tenant, _ = await _member(session, agent)
         if (tenant.settings or {}).get("upkeep", config.upkeep):
             agent.next_upkeep_at = now + config.upkeep_idle
     elif purpose == "opener" and replied:
         agent.last_opener_at = now
         agent.openers_unanswered += 1
-    await replan(session, agent, config)
+    agent.next_opener_at = plan_with(agent, tenant, user, config).at
 
 
 async def _event(
@@ -156,7 +159,7 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
         .with_for_update(skip_locked=True, key_share=True)
     )
     for agent in list(due):
-        tenant, user = await _member(session, agent)
+        tenant, user = await member_of(session, agent)
         plan = await plan_for(session, agent, config)  # settings may have changed since
         if plan.at is None or plan.at > now:
             agent.next_opener_at = plan.at
@@ -198,7 +201,7 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
         .with_for_update(skip_locked=True, key_share=True)
     )
     for agent in list(upkeep):
-        tenant, user = await _member(session, agent)
+        tenant, user = await member_of(session, agent)
         key = f"upkeep:{agent.id}:{agent.next_upkeep_at.isoformat()}"  # type: ignore[union-attr]
         agent.next_upkeep_at = None
         event_id = await _event(session, agent, UPKEEP, key, "upkeep", now)
