@@ -107,6 +107,11 @@ def summary_of(body: dict[str, Any]) -> dict[str, Any]:
     return completion("Summary: " + kept[:1500])
 
 
+def _human_block(body: dict[str, Any]) -> str:
+    system = body["messages"][0]["content"]
+    return system.split("<human", 1)[1].split(">", 1)[1].split("</human>", 1)[0].strip()
+
+
 def default_brain(body: dict[str, Any]) -> dict[str, Any]:
     """A tiny rule-based companion, enough to exercise the engine end to end."""
     if is_summary_request(body):
@@ -117,6 +122,11 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
         if any(r.startswith("Showing") for r in results):
             return say("Here is what I found: " + results[-1])
         return say("Got it, I'll remember that.")
+    if "[scheduled interrupt] conversation opener" in str(newest.get("content")):
+        facts = _human_block(body).splitlines()[1:]  # the first line is the default text
+        if not facts:
+            return completion(None)  # nothing to build on: stay quiet
+        return say(f"Hi! You told me {facts[-1]}. How is that going?")
     text = last_user_text(body)
     remember = re.match(r"(?i)remember(?: that)? (.+)", text)
     if remember:
@@ -124,10 +134,8 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
     search = re.match(r"(?i)what did i say about (.+?)\??$", text)
     if search:
         return calls(tool_call("conversation_search", query=search.group(1)))
-    system = body["messages"][0]["content"]
     if re.search(r"(?i)what do you know about me", text):
-        human = system.split("<human", 1)[1].split(">", 1)[1].split("</human>", 1)[0].strip()
-        return say(f"I know this: {human}")
+        return say(f"I know this: {_human_block(body)}")
     return say(f"You said: {text}")
 
 
