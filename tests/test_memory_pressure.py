@@ -23,9 +23,7 @@ from tests.fake_openai import (
 )
 
 WINDOW = 4096
-SMALL = EngineConfig(
-    context_window=WINDOW, persona_limit=1000, human_limit=1000, rate_limit=None
-)
+SMALL = EngineConfig(context_window=WINDOW, persona_limit=1000, human_limit=1000, rate_limit=None)
 WORDS = "river lantern maple quartz velvet harbor ember saffron tundra orbit".split()
 
 
