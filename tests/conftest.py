@@ -9,12 +9,14 @@ make_engine build an Engine on `sessions` and `fake` with a chosen config and cl
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -143,3 +145,34 @@ def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: s
 
 
 COMPANION = [sys.executable, "-m", "bot.cli"]
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+COMMAND_SECONDS = 60  # the most one `companion` command may take in a test
+
+
+async def companion(env: dict, *args: str, stdin: str = "") -> Run:
+    """Run `companion ARGS` as a subprocess with `stdin` piped in (so never a terminal)."""
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), COMMAND_SECONDS)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())

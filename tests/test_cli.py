@@ -9,43 +9,12 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import COMPANION, ROOT, cli_env
+from tests.conftest import Run, cli_env, companion
 
 NOTHING_KNOWN = "Nothing known yet about this person."
-
-TIMEOUT = 60  # seconds for one command
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def companion(env: dict, *args: str, stdin: str = "") -> Run:
-    """Run `companion ARGS` with `stdin` piped in (so never a terminal)."""
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return Run(proc.returncode, out.decode(), err.decode())
 
 
 def assert_one_line_error(run: Run) -> str:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,11 +22,9 @@ from core.events import EventKind, InboundEvent
 from core.models import Message, Passage
 from core.portability import BadExport, export_agent, import_agent
 from core.store import AgentStore
-from tests.conftest import COMPANION, ROOT, cli_env
+from tests.conftest import Run, cli_env, companion
 
 TENANT = "club"
-
-TIMEOUT = 60  # seconds for one command
 
 
 @pytest.fixture
@@ -35,33 +32,6 @@ def scratch() -> Iterator[Path]:
     """A private directory (not tmp_path: a concurrent pytest run may prune those)."""
     with tempfile.TemporaryDirectory(prefix="companion-scratch-") as name:
         yield Path(name)
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def companion(env: dict, *args: str, stdin: str = "") -> Run:
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return Run(proc.returncode, out.decode(), err.decode())
 
 
 async def chat(env: dict, user: str, *lines: str) -> str:

@@ -14,7 +14,6 @@ import itertools
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,9 @@ from sqlalchemy import func, select, text
 
 from core.events import EventKind, InboundEvent
 from core.models import Event, Message, Outbox
-from tests.conftest import COMPANION, ROOT, cli_env
+from tests.conftest import Run, cli_env, companion
 from tests.fake_openai import default_brain, last_user_text
 
-TIMEOUT = 60  # seconds for one command
 HOLD = 30  # seconds the fake waits for a situation to arise before giving up
 
 
@@ -36,33 +34,6 @@ def scratch() -> Iterator[Path]:
     """A private directory (not tmp_path: a concurrent pytest run may prune those)."""
     with tempfile.TemporaryDirectory(prefix="companion-scratch-") as name:
         yield Path(name)
-
-
-@dataclass(frozen=True)
-class Run:
-    code: int
-    out: str
-    err: str
-
-
-async def companion(env: dict, *args: str, stdin: str = "") -> Run:
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        cwd=ROOT,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode is not None
-    return Run(proc.returncode, out.decode(), err.decode())
 
 
 def chat(env: dict, user: str, *lines: str):
