@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
@@ -129,11 +129,19 @@ def after_event(
     agent.next_opener_at = plan_with(agent, tenant, user, config).at
 
 
-async def _event(
-    session: AsyncSession, agent: Agent, text: str, key: str, purpose: str, now: datetime
-) -> int | None:
+async def _claim(
+    session: AsyncSession,
+    agent: Agent,
+    tenant: Tenant,
+    user: User,
+    purpose: str,
+    text: str,
+    key: str,
+    now: datetime,
+) -> Claim | None:
+    """Store the scheduled event; None when this exact interrupt was already stored."""
     event = InboundEvent(EventKind.SCHEDULED, text, key, {"purpose": purpose})
-    return await session.scalar(
+    event_id = await session.scalar(
         insert(Event)
         .values(
             tenant_id=agent.tenant_id,
@@ -146,76 +154,62 @@ async def _event(
         .on_conflict_do_nothing()
         .returning(Event.id)
     )
+    if event_id is None:
+        return None
+    return Claim(Scope(agent.tenant_id, agent.id), event_id, tenant.key, user.external_id, purpose)
+
+
+async def _due(
+    session: AsyncSession, column: Any, now: datetime, batch: int
+) -> list[tuple[Agent, Tenant, User]]:
+    """Agents whose `column` time has come, locked; rows another process holds are skipped."""
+    agents = await session.scalars(
+        select(Agent)
+        .where(column <= now)
+        .order_by(column)
+        .limit(batch)
+        .with_for_update(skip_locked=True, key_share=True)
+    )
+    return [(agent, *await member_of(session, agent)) for agent in list(agents)]
+
+
+async def _claim_opener(
+    session: AsyncSession,
+    agent: Agent,
+    tenant: Tenant,
+    user: User,
+    now: datetime,
+    config: ScheduleConfig,
+) -> Claim | None:
+    due = agent.next_opener_at
+    assert due is not None
+    plan = plan_with(agent, tenant, user, config)  # settings may have changed since
+    if plan.at is None or plan.at > now:
+        agent.next_opener_at = plan.at
+        return None
+    policy = policy_for(config.openers, tenant.settings or {}, user.settings or {}, user.timezone)
+    later = catch_up(due, now, policy, config.catch_up_spread, jitter_for(agent.id, now.date()))
+    if later is not None:  # long overdue (the bot was down): spread out, no burst
+        agent.next_opener_at = later
+        return None
+    agent.next_opener_at = None  # replanned once the opener has run
+    local = now.astimezone(ZoneInfo(user.timezone)).strftime("%A %d %B %H:%M")
+    text = OPENER.format(local=local, zone=user.timezone, ago=_ago(agent.last_active_at, now))
+    return await _claim(
+        session, agent, tenant, user, "opener", text, f"opener:{agent.id}:{due.isoformat()}", now
+    )
 
 
 async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig) -> list[Claim]:
     """Claim due openers and upkeep; each claimed agent gets one scheduled event."""
-    claims: list[Claim] = []
-    due = await session.scalars(
-        select(Agent)
-        .where(Agent.next_opener_at <= now)
-        .order_by(Agent.next_opener_at)
-        .limit(config.batch)
-        .with_for_update(skip_locked=True, key_share=True)
-    )
-    for agent in list(due):
-        tenant, user = await member_of(session, agent)
-        plan = await plan_for(session, agent, config)  # settings may have changed since
-        if plan.at is None or plan.at > now:
-            agent.next_opener_at = plan.at
-            continue
-        policy = policy_for(
-            config.openers, tenant.settings or {}, user.settings or {}, user.timezone
-        )
-        assert agent.next_opener_at is not None
-        later = catch_up(
-            agent.next_opener_at,
-            now,
-            policy,
-            config.catch_up_spread,
-            jitter_for(agent.id, now.date()),
-        )
-        if later is not None:
-            agent.next_opener_at = later
-            continue
-        local = now.astimezone(ZoneInfo(user.timezone)).strftime("%A %d %B %H:%M")
-        text = OPENER.format(local=local, zone=user.timezone, ago=_ago(agent.last_active_at, now))
-        key = f"opener:{agent.id}:{agent.next_opener_at.isoformat()}"
-        agent.next_opener_at = None  # replanned once the opener has run
-        event_id = await _event(session, agent, text, key, "opener", now)
-        if event_id is not None:
-            claims.append(
-                Claim(
-                    Scope(agent.tenant_id, agent.id),
-                    event_id,
-                    tenant.key,
-                    user.external_id,
-                    "opener",
-                )
-            )
-    upkeep = await session.scalars(
-        select(Agent)
-        .where(Agent.next_upkeep_at <= now)
-        .order_by(Agent.next_upkeep_at)
-        .limit(config.batch)
-        .with_for_update(skip_locked=True, key_share=True)
-    )
-    for agent in list(upkeep):
-        tenant, user = await member_of(session, agent)
+    claims: list[Claim | None] = []
+    for agent, tenant, user in await _due(session, Agent.next_opener_at, now, config.batch):
+        claims.append(await _claim_opener(session, agent, tenant, user, now, config))
+    for agent, tenant, user in await _due(session, Agent.next_upkeep_at, now, config.batch):
         key = f"upkeep:{agent.id}:{agent.next_upkeep_at.isoformat()}"  # type: ignore[union-attr]
         agent.next_upkeep_at = None
-        event_id = await _event(session, agent, UPKEEP, key, "upkeep", now)
-        if event_id is not None:
-            claims.append(
-                Claim(
-                    Scope(agent.tenant_id, agent.id),
-                    event_id,
-                    tenant.key,
-                    user.external_id,
-                    "upkeep",
-                )
-            )
-    return claims
+        claims.append(await _claim(session, agent, tenant, user, "upkeep", UPKEEP, key, now))
+    return [claim for claim in claims if claim is not None]
 
 
 async def tick(engine: Engine, now: datetime, deliver: Deliver | None = None) -> TickReport:
