@@ -121,11 +121,31 @@ class Members:
             assert member is not None
             if timezone is not None:
                 member.timezone = parse_timezone(timezone)
+                changes["timezone_from"] = "member"
             member.settings = {**(member.settings or {}), **changes}
             agent = await session.scalar(select(Agent).where(Agent.user_id == member.id))
             if agent is not None:  # an opt-out or new quiet hours take effect at once
                 await replan(session, agent, self.config.schedule)
             return {**member.settings, "timezone": member.timezone}
+
+    async def adopt_timezone(self, tenant: str, user: str, lookup: Any) -> None:
+        """Take the member's time zone from their platform profile, once, unless they set one.
+
+        `lookup()` returns the profile's zone name (or None); it is only called when needed.
+        """
+        async with self.sessions() as session, session.begin():
+            member = await self._user(session, tenant, user)
+            if member is None or (member.settings or {}).get("timezone_from"):
+                return
+            zone = await lookup()
+            try:
+                member.timezone = parse_timezone(zone) if zone else member.timezone
+            except BadSetting:
+                pass  # an odd profile value: keep UTC
+            member.settings = {**(member.settings or {}), "timezone_from": "platform"}
+            agent = await session.scalar(select(Agent).where(Agent.user_id == member.id))
+            if agent is not None:
+                await replan(session, agent, self.config.schedule)
 
     async def tenant_settings(
         self, tenant: str, actor: str | None = None, **changes: Any

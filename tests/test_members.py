@@ -34,7 +34,12 @@ async def test_settings_are_validated_and_kept(members):
     saved = await members.settings(
         "g", "ann", openers=False, quiet_hours="23-7:30", timezone="Europe/Lisbon"
     )
-    assert saved == {"openers": False, "quiet_hours": "23:00-07:30", "timezone": "Europe/Lisbon"}
+    assert saved == {
+        "openers": False,
+        "quiet_hours": "23:00-07:30",
+        "timezone": "Europe/Lisbon",
+        "timezone_from": "member",
+    }
     with pytest.raises(BadSetting, match="time zone"):
         await members.settings("g", "ann", timezone="Mars/Olympus")
     with pytest.raises(BadSetting):

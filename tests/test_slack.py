@@ -259,7 +259,18 @@ async def test_member_commands(slack, fake):
     assert "23:00-07:00" in (await command(app, api, "quiet 23-7"))["text"]
     assert "not a time zone" in (await command(app, api, "timezone Nowhere/City"))["text"]
     view = await members.view(f"slack:{TEAM}", "U1")
-    assert view.settings == {"openers": False, "quiet_hours": "23:00-07:00"}
+    assert view.settings["openers"] is False and view.settings["quiet_hours"] == "23:00-07:00"
+
+
+async def test_time_zone_comes_from_the_slack_profile_unless_set(slack, fake):
+    app, api, members = slack
+    await dispatch(app, message(text="hi"))
+    assert (await members.view(f"slack:{TEAM}", "U1")).timezone == "Europe/Berlin"
+    await command(app, api, "timezone Asia/Tokyo")
+    api.users["U1"]["tz"] = "America/Denver"
+    await dispatch(app, message(text="hello again"))
+    assert (await members.view(f"slack:{TEAM}", "U1")).timezone == "Asia/Tokyo"
+    assert len(api.called("users.info")) == 1  # asked once, not on every message
 
 
 async def test_forget_me_needs_the_askers_own_click(slack, fake):

@@ -71,6 +71,14 @@ def reply_sender(client: AsyncWebClient):
     return route
 
 
+async def _profile_zone(client: AsyncWebClient, user: str) -> str | None:
+    try:
+        info = await client.users_info(user=user)
+    except SlackApiError:
+        return None
+    return (info.get("user") or {}).get("tz")
+
+
 async def _react(client: AsyncWebClient, add: bool, channel: str, ts: str) -> None:
     try:
         if add:
@@ -121,7 +129,9 @@ async def handle_message(
     in_dm = event.get("channel_type") == "im"
     thread_ts = event.get("thread_ts") if in_dm else (event.get("thread_ts") or ts)
     text = re.sub(rf"<@{bot_user}>", "", event.get("text") or "").strip()
-    scope = await services.engine.agent(tenant_of(body, event), user)
+    tenant = tenant_of(body, event)
+    scope = await services.engine.agent(tenant, user)
+    await services.members.adopt_timezone(tenant, user, lambda: _profile_zone(client, user))
     send = sender(client, channel, thread_ts)
     await _react(client, True, channel, ts)
     try:
