@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-FENCE = re.compile(r"^(```|~~~)([^\n`]*)$", re.MULTILINE)
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})([^\n`]*)$", re.MULTILINE)
 
 
 def _segments(text: str) -> list[tuple[str, str | None]]:
@@ -22,16 +22,18 @@ def _segments(text: str) -> list[tuple[str, str | None]]:
         start = FENCE.search(text, pos)
         if start is None:
             break
-        end = re.compile(rf"^{re.escape(start.group(1))}[ \t]*$", re.MULTILINE).search(
+        fence = start.group(1)
+        header = start.group(0).strip()
+        end = re.compile(rf"^ {{0,3}}{re.escape(fence)}[{fence[0]}]*[ \t]*$", re.MULTILINE).search(
             text, start.end()
         )
         if end is None:  # an unclosed fence runs to the end: close it ourselves
             segments += [(text[pos : start.start()], None)]
             body = text[start.end() :].strip("\n")
-            segments.append((f"{start.group(0)}\n{body}\n{start.group(1)}", start.group(0)))
+            segments.append((f"{header}\n{body}\n{fence}", header))
             return [s for s in segments if s[0]]
         segments.append((text[pos : start.start()], None))
-        segments.append((text[start.start() : end.end()], start.group(0)))
+        segments.append((text[start.start() : end.end()], header))
         pos = end.end()
     segments.append((text[pos:], None))
     return [s for s in segments if s[0]]
@@ -48,9 +50,10 @@ def _cut_prose(text: str, room: int) -> int:
 
 
 def _code_pieces(block: str, header: str, limit: int) -> list[str]:
-    fence = header[:3]
+    fence = re.match(r"`{3,}|~{3,}", header)
+    close = fence.group(0) if fence else "```"
     lines = block.split("\n")[1:-1]
-    room = limit - len(header) - len(fence) - 2
+    room = limit - len(header) - len(close) - 2
     pieces, current = [], ""
     for line in lines:
         while len(line) > room:  # a line longer than a whole part
@@ -66,7 +69,7 @@ def _code_pieces(block: str, header: str, limit: int) -> list[str]:
         current = candidate
     if current or not pieces:
         pieces.append(current)
-    return [f"{header}\n{piece}\n{fence}" for piece in pieces]
+    return [f"{header}\n{piece}\n{close}" for piece in pieces]
 
 
 def split_message(text: str, limit: int) -> list[str]:
@@ -85,6 +88,8 @@ def split_message(text: str, limit: int) -> list[str]:
         current = ""
 
     for segment, header in _segments(text):
+        if header is not None and len(header) > limit // 4:
+            header = None  # a fence line that long cannot be repeated on every part: prose
         if header is not None:
             if len(current) + len(segment) <= limit:
                 current += segment

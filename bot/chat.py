@@ -70,8 +70,12 @@ async def _say(
 async def run_chat(
     engine: Engine, scope: Scope, who: str, verbose: bool, stdin: TextIO, stdout: TextIO
 ) -> None:
-    await engine.drain(scope)  # anything left pending by an earlier crash goes first
-    for text in await engine.take_waiting(scope):  # e.g. an opener written while away
+    # Anything an earlier crash left behind goes first: pending events, and replies that
+    # were written but never shown (also openers written while the member was away).
+    waiting = [
+        r for done in await engine.drain(scope) for r in await engine.take_replies(done.event_id)
+    ]
+    for text in waiting + await engine.take_waiting(scope):
         stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():
         for line in stdin:

@@ -16,7 +16,7 @@ from core.config import FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -24,8 +24,8 @@ def _int(env: Mapping[str, str], name: str, default: int | None) -> int | None:
         value = int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"{name} must be positive, got {value}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
     return value
 
 
@@ -117,7 +117,7 @@ class Settings:
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
-            model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3) or 3,
+            model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
             discord_token=_text(env, "DISCORD_TOKEN"),
             discord_api_url=_text(env, "DISCORD_API_URL"),
             discord_gateway_url=_text(env, "DISCORD_GATEWAY_URL"),

@@ -19,11 +19,13 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
+from pypdf.errors import PyPdfError
+
 from core.errors import CompanionError
 from core.events import clean_text
 from core.ports import Embedder
 from core.store import AgentStore
-from core.tokens import TokenCounter, truncate_to_tokens
+from core.tokens import TokenCounter, split_tokens
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,6 @@ def _json_lines(value: Any, path: str = "") -> list[str]:
 
 def _pdf_text(data: bytes, name: str) -> str:
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -103,7 +104,7 @@ def _pdf_text(data: bytes, name: str) -> str:
             pages.append(text)
     except UploadRejected:
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
+    except (PyPdfError, ValueError, KeyError, TypeError, OSError) as error:
         raise UploadRejected(f"{name} is not a readable PDF ({type(error).__name__})") from None
     return "\n\n".join(pages)
 
@@ -121,27 +122,46 @@ def check_upload(filename: str, size: int) -> str:
     return kind
 
 
+def upload_name(filename: str) -> str:
+    """A file's own name, whatever path or odd characters it came with."""
+    name = PurePath(clean_text(filename).replace("\\", "/")).name
+    name = "".join(c for c in name if c.isprintable())
+    if len(name) > 200:
+        suffix = PurePath(name).suffix[:20]
+        name = name[: 200 - len(suffix)] + suffix
+    return name or "the file"
+
+
 def extract_text(filename: str, data: bytes) -> str:
-    name = PurePath(filename).name or "the file"
+    name = upload_name(filename)
     kind = check_upload(name, len(data))
-    if kind == "pdf":
-        if not data.startswith(b"%PDF"):
-            raise UploadRejected(f"{name} is not a PDF")
-        text = _pdf_text(data, name)
-    else:
-        text = _decode(data, name)
-        if kind == "csv":
-            text = _csv_text(text)
-        elif kind == "json":
-            try:
-                text = "\n".join(_json_lines(json.loads(text)))
-            except json.JSONDecodeError as error:
-                raise UploadRejected(f"{name} is not valid JSON (line {error.lineno})") from None
+    try:
+        text = _extract(kind, data, name)
+    except UploadRejected:
+        raise
+    except (RecursionError, ValueError, csv.Error, UnicodeError, PyPdfError, MemoryError):
+        raise UploadRejected(f"{name} is damaged or too complex for me to read") from None
     text = clean_text(text).strip()
     if len(text) > MAX_EXTRACTED_CHARS:
         raise UploadRejected(f"{name} holds more text than I can keep at once")
     if not text:
         raise UploadRejected(f"{name} has no text I could read")
+    return text
+
+
+def _extract(kind: str, data: bytes, name: str) -> str:
+    if kind == "pdf":
+        if not data.startswith(b"%PDF"):
+            raise UploadRejected(f"{name} is not a PDF")
+        return _pdf_text(data, name)
+    text = _decode(data, name)
+    if kind == "csv":
+        return _csv_text(text)
+    if kind == "json":
+        try:
+            return "\n".join(_json_lines(json.loads(text)))
+        except json.JSONDecodeError as error:
+            raise UploadRejected(f"{name} is not valid JSON (line {error.lineno})") from None
     return text
 
 
@@ -151,23 +171,24 @@ def chunk_text(text: str, max_tokens: int = 300) -> list[str]:
     chunks: list[str] = []
     current: list[str] = []
     used = 0
+
+    def close() -> None:
+        nonlocal current, used
+        if current:
+            chunks.append("\n".join(current).strip())
+        current, used = [], 0
+
     for line in text.splitlines():
         n = count(line) + 1
-        while n > max_tokens:  # a line longer than a chunk: cut it by tokens
-            head = truncate_to_tokens(line, max_tokens)
-            if current:
-                chunks.append("\n".join(current).strip())
-                current, used = [], 0
-            chunks.append(head.strip())
-            line = line[len(head) :]
-            n = count(line) + 1
-        if used + n > max_tokens and current:
-            chunks.append("\n".join(current).strip())
-            current, used = [], 0
+        if n > max_tokens:  # a line longer than a chunk: cut it by tokens, encoding it once
+            close()
+            chunks.extend(piece.strip() for piece in split_tokens(line, max_tokens))
+            continue
+        if used + n > max_tokens:
+            close()
         current.append(line)
         used += n
-    if current:
-        chunks.append("\n".join(current).strip())
+    close()
     return [c for c in chunks if c]
 
 

@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import PurePath
 from typing import Any
 
 from sqlalchemy import select, update
@@ -31,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.agent import Mind, Turn, TurnResult
 from core.budgets import over_limit, record_usage
 from core.directory import ensure_agent
-from core.documents import chunk_text, extract_text, store_document
+from core.documents import chunk_text, extract_text, store_document, upload_name
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
@@ -153,8 +152,9 @@ class Engine:
         meta: dict[str, Any] | None,
         send: Send | None,
     ) -> Exchange:
-        name = PurePath(filename).name
-        chunks = chunk_text(extract_text(name, data))
+        name = upload_name(filename)
+        # Parsing a PDF or tokenizing a big file is CPU work: off the event loop.
+        chunks = await asyncio.to_thread(lambda: chunk_text(extract_text(name, data)))
         text = (
             f"The person shared the file {name!r} ({len(data):,} bytes). Its text is now in "
             f"archival memory as {len(chunks)} passages with source {name!r}. It begins: "
@@ -286,9 +286,12 @@ class Engine:
             )
             return list(rows)
 
-    async def take_waiting(self, scope: Scope) -> list[str]:
-        """Messages the bot started that no platform could deliver (openers for a terminal
-        member), taken. Replies to a member's own messages are left to their sender."""
+    async def take_waiting(
+        self, scope: Scope, stale: timedelta = timedelta(seconds=30)
+    ) -> list[str]:
+        """Replies nobody took, taken: messages the bot started (openers for a terminal
+        member), and replies older than `stale` (their sender crashed). Fresh replies to a
+        member's own messages are left to the process that is about to show them."""
         started = select(Event.id).where(
             Event.tenant_id == scope.tenant_id,
             Event.agent_id == scope.agent_id,
@@ -301,7 +304,7 @@ class Engine:
                     Outbox.tenant_id == scope.tenant_id,
                     Outbox.agent_id == scope.agent_id,
                     Outbox.delivered_at.is_(None),
-                    Outbox.event_id.in_(started),
+                    Outbox.event_id.in_(started) | (Outbox.created_at < self.clock() - stale),
                 )
                 .values(delivered_at=self.clock())
                 .returning(Outbox.id, Outbox.text)

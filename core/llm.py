@@ -8,6 +8,7 @@ from the `openai` client itself (it honours Retry-After); what still fails becom
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -55,25 +56,55 @@ class OpenAIChat:
                 f"the model endpoint sent an unreadable answer: {error}"
             ) from error
         choices = getattr(response, "choices", None)
-        if not choices or getattr(choices[0], "message", None) is None:
+        if not isinstance(choices, list) or not choices:
             raise ModelOutputError("the model answered without a message")
-        message = choices[0].message
-        calls = tuple(
-            ToolCall(
-                id=call.id or f"call_{uuid.uuid4().hex[:12]}",
-                name=call.function.name or "",
-                arguments=call.function.arguments or "",
-            )
-            for call in (message.tool_calls or ())
-            if getattr(call, "function", None) is not None
-        )
-        usage = getattr(response, "usage", None)
+        message = getattr(choices[0], "message", None)
+        if message is None or isinstance(message, str | list | dict):
+            raise ModelOutputError("the model's answer has no message object")
         return Completion(
-            content=message.content if isinstance(message.content, str) else None,
-            tool_calls=calls,
-            prompt_tokens=getattr(usage, "prompt_tokens", None),
-            completion_tokens=getattr(usage, "completion_tokens", None),
+            content=_text(getattr(message, "content", None)),
+            tool_calls=tuple(_calls(getattr(message, "tool_calls", None))),
+            prompt_tokens=_count(getattr(response, "usage", None), "prompt_tokens"),
+            completion_tokens=_count(getattr(response, "usage", None), "completion_tokens"),
         )
+
+
+def _text(content: Any) -> str | None:
+    """Message content as text; a list of parts (some servers send one) is joined."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            p.get("text") if isinstance(p, dict) else getattr(p, "text", None) for p in content
+        ]
+        return "".join(p for p in parts if isinstance(p, str)) or None
+    return None
+
+
+def _calls(raw: Any) -> list[ToolCall]:
+    """Tool calls, tolerating what OpenAI-compatible servers really send."""
+    calls = []
+    for call in raw if isinstance(raw, list) else []:
+        function = getattr(call, "function", None)
+        if function is None:
+            continue
+        name, arguments = getattr(function, "name", ""), getattr(function, "arguments", "")
+        if isinstance(arguments, dict | list):
+            arguments = json.dumps(arguments)  # some servers send the object itself
+        call_id = getattr(call, "id", None)
+        calls.append(
+            ToolCall(
+                id=str(call_id) if call_id not in (None, "") else f"call_{uuid.uuid4().hex[:12]}",
+                name=name if isinstance(name, str) else str(name or ""),
+                arguments=arguments if isinstance(arguments, str) else str(arguments or ""),
+            )
+        )
+    return calls
+
+
+def _count(usage: Any, field: str) -> int | None:
+    value = getattr(usage, field, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 class OpenAIEmbedder:

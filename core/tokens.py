@@ -71,3 +71,9 @@ def truncate_to_tokens(text: str, limit: int) -> str:
     if len(tokens) <= limit:
         return text
     return _encoding().decode(tokens[:limit])
+
+
+def split_tokens(text: str, size: int) -> list[str]:
+    """`text` in consecutive pieces of at most `size` tokens (it is encoded once)."""
+    tokens = _encoding().encode(text, disallowed_special=())
+    return [_encoding().decode(tokens[i : i + size]) for i in range(0, len(tokens), size)]
