@@ -99,7 +99,10 @@ async def _export(app: App, args: argparse.Namespace) -> int:
         doc = await export_agent(session, scope)
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     if args.output:
-        await asyncio.to_thread(Path(args.output).write_text, text + "\n", encoding="utf-8")
+        try:
+            await asyncio.to_thread(Path(args.output).write_text, text + "\n", encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"cannot write {args.output}: {error.strerror}") from None
         print(
             f"exported {len(doc['messages'])} messages, {len(doc['passages'])} passages "
             f"to {args.output}",
@@ -118,6 +121,10 @@ def _read_export(path: str) -> Any:
         raise BadExport(f"cannot read {path}: {error.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise BadExport(f"{path} is not valid JSON: {error}") from None
+    except (RecursionError, ValueError):
+        raise BadExport(
+            f"{path} is not JSON I can read: nested too deeply or numbers too large"
+        ) from None
 
 
 async def _import(app: App, args: argparse.Namespace) -> int:

@@ -148,6 +148,21 @@ async def import_agent(
 ) -> dict[str, int]:
     """Restore an export into the agent at `scope`; returns what was restored, by kind."""
     doc = _check(doc)
+    try:
+        return await _restore(session, scope, doc, config, now, embedder, replace)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise BadExport(f"the export is damaged ({type(error).__name__}: {error})") from None
+
+
+async def _restore(
+    session: AsyncSession,
+    scope: Scope,
+    doc: dict[str, Any],
+    config: EngineConfig,
+    now: datetime,
+    embedder: Embedder | None,
+    replace: bool,
+) -> dict[str, int]:
     existing = await _has_memory(session, scope)
     if existing and not replace:
         raise ImportConflict(scope.agent_id, existing)
@@ -156,7 +171,10 @@ async def import_agent(
     for i, block in enumerate(doc["blocks"]):
         if not isinstance(block, dict) or not isinstance(block.get("value"), str):
             raise BadExport(f"blocks[{i}] has no text value")
-        limit = int(block.get("limit") or config.human_limit)
+        raw_limit = block.get("limit") or config.human_limit
+        if not isinstance(raw_limit, int) or isinstance(raw_limit, bool):
+            raise BadExport(f"blocks[{i}] has a limit that is not a whole number")
+        limit = raw_limit
         session.add(
             Block(
                 tenant_id=scope.tenant_id,
@@ -170,6 +188,8 @@ async def import_agent(
     for i, item in enumerate(doc["messages"]):
         if not isinstance(item, dict) or item.get("role") not in ROLES:
             raise BadExport(f"messages[{i}] has no valid role")
+        if not isinstance(item.get("content"), str | None):
+            raise BadExport(f"messages[{i}] has content that is not text")
         await store.append(
             _when(item, f"messages[{i}]"),
             lambda m: counter.count_message(render(m, config.max_message_tokens)),

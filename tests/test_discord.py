@@ -518,8 +518,8 @@ async def test_member_settings(bot):
     )
     assert "Europe/Berlin" in bot.answers(tz)[0]
     view = await bot.members.view(TENANT, str(ANN))
-    assert view.settings == {"openers": False, "quiet_hours": "23:00-07:00"}
-    assert view.timezone == "Europe/Berlin"
+    assert view.settings["openers"] is False and view.settings["quiet_hours"] == "23:00-07:00"
+    assert view.timezone == "Europe/Berlin" and view.settings["timezone_from"] == "member"
 
     typing = command(
         APP_ID,

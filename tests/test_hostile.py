@@ -502,11 +502,6 @@ async def test_slack_message_without_words_is_ignored_quietly(slack, model, db, 
     assert scope is None or await rows(db, Event, scope) == []
 
 
-@xbug(
-    "Slack: a message that is only the bot's mention is dropped in silence "
-    "(adapters/slack/events.py handle_message: `if text:` after stripping the mention); "
-    "Discord answers a bare mention (messages.py: `text or message.clean_content`)"
-)
 async def test_slack_bare_mention_is_answered(slack, model):
     ts = f"17{next(_ts):08d}.000200"
     event = {
@@ -522,11 +517,6 @@ async def test_slack_bare_mention_is_answered(slack, model):
     assert posts, "the member called the bot and got silence"
 
 
-@xbug(
-    "Slack: a message over MAX_EVENT_CHARS makes converse raise EventTooLarge inside the "
-    "Bolt listener (adapters/slack/events.py handle_message); the member gets no answer "
-    "and Bolt answers Slack HTTP 500, so Slack redelivers it to fail again"
-)
 async def test_slack_message_over_the_size_limit_gets_the_refusal(slack, model, db):
     member_id = slack_uid()
     big = "y" * (MAX_EVENT_CHARS + 1)
@@ -536,11 +526,6 @@ async def test_slack_message_over_the_size_limit_gets_the_refusal(slack, model, 
     assert any(str(EventTooLarge(len(big))) in t for t in texts), texts
 
 
-@xbug(
-    "Slack: model output is posted as raw mrkdwn, so a reply can broadcast <!channel>, "
-    "<!here> or ping <@U…> (adapters/slack/events.py sender); Discord forbids every ping "
-    "but the replied-to member (AllowedMentions in adapters/discord/client.py)"
-)
 async def test_slack_reply_cannot_broadcast(slack, model):
     model.brain = lambda body: say("Hey <!channel> and <!here> and <@U2>, look at this!")
     status, posts = await slack_dispatch(slack, slack_message(slack_uid(), "say hi to all", "D7"))
@@ -731,12 +716,6 @@ async def test_discord_mention_in_a_server(dc, model, db, content):
     assert scope is not None and len(await said(db, scope)) == 1
 
 
-@xbug(
-    "Discord: a message over MAX_EVENT_CHARS is answered with the generic SORRY "
-    "('something went wrong on my side; please try again') instead of EventTooLarge's "
-    "message: adapters/discord/messages.py handle_message lets EventTooLarge reach "
-    "client.on_message's catch-all"
-)
 async def test_discord_message_over_the_size_limit_gets_the_refusal(dc, model):
     big = "z" * (MAX_EVENT_CHARS + 1)
     posted = await discord_post(dc, big)
@@ -1367,24 +1346,7 @@ CLI_CASES = {
         "/nonexistent/x.json",
     ),
 }
-CLI_BUGS = {
-    "import-deep-json": (
-        "bot/cli.py _read_export catches JSONDecodeError but not the RecursionError that "
-        "json.loads raises for deeply nested input: a traceback, not a one-line error"
-    ),
-    "import-bad-limit": (
-        "core/portability.py import_agent does int(block['limit']) unguarded: a non-numeric "
-        "limit is a ValueError traceback instead of BadExport"
-    ),
-    "import-bad-message": (
-        "core/portability.py import_agent calls clean_text on a message's content without "
-        "checking it is a string: AttributeError traceback instead of BadExport"
-    ),
-    "export-to-missing-dir": (
-        "bot/cli.py _export writes --output with Path.write_text unguarded: an unwritable "
-        "path is a FileNotFoundError traceback instead of a one-line error"
-    ),
-}
+CLI_BUGS = {}
 
 
 def cli_args(name: str, folder: Any) -> list[str]:

@@ -24,7 +24,7 @@ import discord
 from adapters.common import Services
 from adapters.text import split_message
 from core.documents import UploadRejected, check_upload
-from core.events import EventKind, InboundEvent
+from core.events import EventKind, EventTooLarge, InboundEvent
 from core.store import Scope
 
 log = logging.getLogger(__name__)
@@ -155,4 +155,7 @@ async def handle_message(
             dedup_key=f"discord:msg:{message.id}",
             meta=_meta(message),
         )
-        await services.engine.converse(scope, event, send=reply)
+        try:
+            await services.engine.converse(scope, event, send=reply)
+        except EventTooLarge as error:
+            await reply(str(error))

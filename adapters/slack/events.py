@@ -20,7 +20,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.common import WELCOME_EVENT, Services
 from adapters.text import split_message, to_slack_mrkdwn
 from core.documents import MAX_UPLOAD_BYTES, UploadRejected, check_upload
-from core.events import EventKind, InboundEvent
+from core.events import EventKind, EventTooLarge, InboundEvent
 
 log = logging.getLogger(__name__)
 SLACK_TEXT_LIMIT = 3000  # a section block's text limit
@@ -32,9 +32,14 @@ def tenant_of(body: dict[str, Any], event: dict[str, Any]) -> str:
     return f"slack:{body.get('team_id') or event.get('team')}"
 
 
+def no_pings(text: str) -> str:
+    """The model's words must not ping a channel or people: escape Slack's special links."""
+    return re.sub(r"<([!@#])", r"&lt;\1", text)
+
+
 def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
     async def send(text: str) -> None:
-        for part in split_message(to_slack_mrkdwn(text), SLACK_TEXT_LIMIT):
+        for part in split_message(no_pings(to_slack_mrkdwn(text)), SLACK_TEXT_LIMIT):
             await client.chat_postMessage(
                 channel=channel,
                 thread_ts=thread_ts,
@@ -136,14 +141,18 @@ async def handle_message(
     await _react(client, True, channel, ts)
     try:
         await _handle_files(services, scope, event, token, send)
-        if text:
+        called = f"<@{bot_user}>" in (event.get("text") or "")  # a bare mention
+        if text or (called and not event.get("files")):
             message = InboundEvent(
                 EventKind.USER_MESSAGE,
-                text,
+                text or "(calls you without saying anything)",
                 f"slack:msg:{channel}:{ts}",
                 {"channel": channel, "thread_ts": thread_ts},
             )
-            await services.engine.converse(scope, message, send=send)
+            try:
+                await services.engine.converse(scope, message, send=send)
+            except EventTooLarge as error:
+                await send(str(error))
     finally:
         await _react(client, False, channel, ts)
 
