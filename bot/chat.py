@@ -8,12 +8,15 @@ handled in order, and only the agent's messages are written to stdout.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sys
 from typing import TextIO
 
 from core.agent import TurnResult
 from core.engine import Engine
 from core.events import EventKind, EventTooLarge, InboundEvent
+from core.models import Event
 from core.store import AgentStore, Scope
 
 DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
@@ -46,6 +49,26 @@ async def _show_memory(engine: Engine, scope: Scope, out: TextIO) -> None:
         out.write(f"{block.value}\n")
 
 
+ORIGIN = f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def _sender_alive(engine: Engine, event_id: int) -> bool:
+    """Is the chat process that sent this event still running (on this machine)?"""
+    async with engine.sessions() as session:
+        event = await session.get(Event, event_id)
+    origin = str(((event.payload if event else {}).get("meta") or {}).get("origin", ""))
+    host, _, pid = origin.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 async def _say(
     engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool
 ) -> None:
@@ -53,7 +76,8 @@ async def _say(
         out.write(f"{DIM}companion is thinking…{RESET}")
         out.flush()
     try:
-        exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+        event = InboundEvent(EventKind.USER_MESSAGE, text, meta={"origin": ORIGIN})
+        exchange = await engine.converse(scope, event)
     except EventTooLarge as error:
         sys.stderr.write(f"companion: {error}\n")
         return
@@ -72,9 +96,10 @@ async def run_chat(
 ) -> None:
     # Anything an earlier crash left behind goes first: pending events, and replies that
     # were written but never shown (also openers written while the member was away).
-    waiting = [
-        r for done in await engine.drain(scope) for r in await engine.take_replies(done.event_id)
-    ]
+    waiting = []
+    for done in await engine.drain(scope):
+        if not await _sender_alive(engine, done.event_id):  # else that chat shows it
+            waiting += await engine.take_replies(done.event_id)
     for text in waiting + await engine.take_waiting(scope):
         stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():

@@ -53,7 +53,7 @@ def parse_quiet_hours(text: str) -> tuple[time, time]:
 def parse_timezone(name: str) -> str:
     try:
         ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder, a huge name
         raise BadSetting(
             f"{name.strip()[:60]!r} is not a time zone; try e.g. Europe/Berlin"
         ) from None
