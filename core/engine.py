@@ -5,6 +5,7 @@
     converse(scope, text)  submit + drain + take the replies: what a chat front end wants
     upload(scope, file)    a shared file into archival memory, then a user-action event
     resume()               after a restart, drain every agent with pending events
+    (deliver, redeliver, take_replies, ... come from `core.delivery.Delivery`)
 
 Each event runs in its own transaction holding the agent's row lock, so one agent handles
 one event at a time across every process, in arrival order; the replies go to the outbox in
@@ -17,31 +18,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.agent import Mind, Turn, TurnResult
 from core.budgets import over_limit, record_usage
+from core.delivery import Delivery, Send
 from core.directory import ensure_agent
 from core.documents import chunk_text, extract_text, store_document, upload_name
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
-from core.models import Agent, Event, Outbox, Tenant, User
+from core.models import Agent, Event
 from core.schedule import after_event, member_of
 from core.store import AgentStore, Scope, enter_scope
 
 log = logging.getLogger(__name__)
-Send = Callable[[str], Awaitable[None]]
-RouteSend = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event meta) -> send
-MAX_DELIVERY_ATTEMPTS = 10
 
 MODEL_DOWN_REPLY = (
     "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
@@ -62,7 +61,7 @@ class Exchange:
     result: TurnResult | None  # None when another process handled the event
 
 
-class Engine:
+class Engine(Delivery):
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
@@ -276,121 +275,6 @@ class Engine:
         failed = TurnResult(event.id, error=problem, tokens=turn.result.tokens)
         failed.steps = turn.result.steps
         return failed, "failed", [reply] if event.kind == EventKind.USER_MESSAGE else []
-
-    async def undelivered(self, event_id: int) -> list[str]:
-        async with self.sessions() as session:
-            rows = await session.scalars(
-                select(Outbox.text)
-                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
-                .order_by(Outbox.id)
-            )
-            return list(rows)
-
-    async def take_waiting(
-        self, scope: Scope, stale: timedelta = timedelta(seconds=30)
-    ) -> list[str]:
-        """Replies nobody took, taken: messages the bot started (openers for a terminal
-        member), and replies older than `stale` (their sender crashed). Fresh replies to a
-        member's own messages are left to the process that is about to show them."""
-        started = select(Event.id).where(
-            Event.tenant_id == scope.tenant_id,
-            Event.agent_id == scope.agent_id,
-            Event.kind == EventKind.SCHEDULED,
-        )
-        async with self.sessions() as session, session.begin():
-            rows = await session.execute(
-                update(Outbox)
-                .where(
-                    Outbox.tenant_id == scope.tenant_id,
-                    Outbox.agent_id == scope.agent_id,
-                    Outbox.delivered_at.is_(None),
-                    Outbox.event_id.in_(started) | (Outbox.created_at < self.clock() - stale),
-                )
-                .values(delivered_at=self.clock())
-                .returning(Outbox.id, Outbox.text)
-            )
-            return [text for _, text in sorted(rows.all())]
-
-    async def take_replies(self, event_id: int) -> list[str]:
-        """The undelivered replies to an event, marked delivered."""
-        async with self.sessions() as session, session.begin():
-            rows = await session.execute(
-                update(Outbox)
-                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
-                .values(delivered_at=self.clock())
-                .returning(Outbox.id, Outbox.text)
-            )
-            return [text for _, text in sorted(rows.all())]
-
-    async def deliver(self, event_id: int, send: Send) -> list[str]:
-        """Send the event's undelivered replies in order, each marked delivered once sent.
-
-        Each reply is row-locked while it is sent, so two deliverers (a redelivered event,
-        the retry sweep, a second process) never send the same reply twice. A send that
-        fails is counted on the reply and raised; the reply stays for the next attempt.
-        """
-        sent: list[str] = []
-        while True:
-            async with self.sessions() as session, session.begin():
-                reply = await session.scalar(
-                    select(Outbox)
-                    .where(
-                        Outbox.event_id == event_id,
-                        Outbox.delivered_at.is_(None),
-                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
-                    )
-                    .order_by(Outbox.id)
-                    .limit(1)
-                    .with_for_update(skip_locked=True)
-                )
-                if reply is None:
-                    return sent
-                try:
-                    await send(reply.text)
-                except Exception as error:
-                    reply.attempts += 1
-                    reply.last_error = f"{type(error).__name__}: {error}"[:500]
-                    failure = error
-                else:
-                    reply.delivered_at = self.clock()
-                    sent.append(reply.text)
-                    continue
-            raise failure
-
-    async def redeliver(self, older_than: timedelta, route: RouteSend) -> tuple[int, int]:
-        """Retry replies that did not go out (platform down, process killed after the turn).
-
-        `route(tenant, user, meta)` gives the send function for an event's replies. Returns
-        (events delivered, events still failing).
-        """
-        cutoff = self.clock() - older_than
-        async with self.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(Event.id, Tenant.key, User.external_id, Event.payload)
-                    .join(Outbox, Outbox.event_id == Event.id)
-                    .join(Agent, Agent.id == Event.agent_id)
-                    .join(User, User.id == Agent.user_id)
-                    .join(Tenant, Tenant.id == Event.tenant_id)
-                    .where(
-                        Outbox.delivered_at.is_(None),
-                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
-                        Outbox.created_at < cutoff,
-                        Tenant.key != "local",
-                    )
-                    .distinct()
-                    .order_by(Event.id)
-                )
-            ).all()
-        done = failing = 0
-        for event_id, tenant, user, payload in rows:
-            try:
-                await self.deliver(event_id, route(tenant, user, payload.get("meta") or {}))
-                done += 1
-            except Exception:
-                log.warning("redelivery of event %s failed", event_id, exc_info=True)
-                failing += 1
-        return done, failing
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None

@@ -1,0 +1,150 @@
+"""Getting replies out: the outbox side of the engine.
+
+    deliver(event_id, send)       send an event's replies, each locked while sent, marked after
+    redeliver(older_than, route)  retry replies that did not go out (platform down, crash)
+    undelivered(event_id)         what is still waiting for an event
+    take_replies(event_id)        take an event's replies (the terminal shows them at once)
+    take_waiting(scope)           take replies nobody took: openers for a terminal member,
+                                  replies whose sender crashed
+
+`Engine` inherits these; they need only `sessions` and `clock`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core.events import EventKind
+from core.models import Agent, Event, Outbox, Tenant, User
+from core.store import Scope
+
+log = logging.getLogger(__name__)
+Send = Callable[[str], Awaitable[None]]
+RouteSend = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event meta) -> send
+MAX_DELIVERY_ATTEMPTS = 10
+
+
+class Delivery:
+    sessions: async_sessionmaker[AsyncSession]
+    clock: Callable[[], datetime]
+
+    async def deliver(self, event_id: int, send: Send) -> list[str]:
+        """Send the event's undelivered replies in order, each marked delivered once sent.
+
+        Each reply is row-locked while it is sent, so two deliverers (a redelivered event,
+        the retry sweep, a second process) never send the same reply twice. A send that
+        fails is counted on the reply and raised; the reply stays for the next attempt.
+        """
+        sent: list[str] = []
+        while True:
+            async with self.sessions() as session, session.begin():
+                reply = await session.scalar(
+                    select(Outbox)
+                    .where(
+                        Outbox.event_id == event_id,
+                        Outbox.delivered_at.is_(None),
+                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
+                    )
+                    .order_by(Outbox.id)
+                    .limit(1)
+                    .with_for_update(skip_locked=True)
+                )
+                if reply is None:
+                    return sent
+                try:
+                    await send(reply.text)
+                except Exception as error:
+                    reply.attempts += 1
+                    reply.last_error = f"{type(error).__name__}: {error}"[:500]
+                    failure = error
+                else:
+                    reply.delivered_at = self.clock()
+                    sent.append(reply.text)
+                    continue
+            raise failure
+
+    async def redeliver(self, older_than: timedelta, route: RouteSend) -> tuple[int, int]:
+        """Retry replies that did not go out (platform down, process killed after the turn).
+
+        `route(tenant, user, meta)` gives the send function for an event's replies. Returns
+        (events delivered, events still failing).
+        """
+        cutoff = self.clock() - older_than
+        async with self.sessions() as session:
+            rows = (
+                await session.execute(
+                    select(Event.id, Tenant.key, User.external_id, Event.payload)
+                    .join(Outbox, Outbox.event_id == Event.id)
+                    .join(Agent, Agent.id == Event.agent_id)
+                    .join(User, User.id == Agent.user_id)
+                    .join(Tenant, Tenant.id == Event.tenant_id)
+                    .where(
+                        Outbox.delivered_at.is_(None),
+                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
+                        Outbox.created_at < cutoff,
+                        Tenant.key != "local",
+                    )
+                    .distinct()
+                    .order_by(Event.id)
+                )
+            ).all()
+        done = failing = 0
+        for event_id, tenant, user, payload in rows:
+            try:
+                await self.deliver(event_id, route(tenant, user, payload.get("meta") or {}))
+                done += 1
+            except Exception:
+                log.warning("redelivery of event %s failed", event_id, exc_info=True)
+                failing += 1
+        return done, failing
+
+    async def undelivered(self, event_id: int) -> list[str]:
+        async with self.sessions() as session:
+            rows = await session.scalars(
+                select(Outbox.text)
+                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                .order_by(Outbox.id)
+            )
+            return list(rows)
+
+    async def take_replies(self, event_id: int) -> list[str]:
+        """The undelivered replies to an event, marked delivered."""
+        async with self.sessions() as session, session.begin():
+            rows = await session.execute(
+                update(Outbox)
+                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                .values(delivered_at=self.clock())
+                .returning(Outbox.id, Outbox.text)
+            )
+            return [text for _, text in sorted(rows.all())]
+
+    async def take_waiting(
+        self, scope: Scope, stale: timedelta = timedelta(seconds=30)
+    ) -> list[str]:
+        """Replies nobody took, taken: messages the bot started (openers for a terminal
+        member), and replies older than `stale` (their sender crashed). Fresh replies to a
+        member's own messages are left to the process that is about to show them."""
+        started = select(Event.id).where(
+            Event.tenant_id == scope.tenant_id,
+            Event.agent_id == scope.agent_id,
+            Event.kind == EventKind.SCHEDULED,
+        )
+        async with self.sessions() as session, session.begin():
+            rows = await session.execute(
+                update(Outbox)
+                .where(
+                    Outbox.tenant_id == scope.tenant_id,
+                    Outbox.agent_id == scope.agent_id,
+                    Outbox.delivered_at.is_(None),
+                    Outbox.event_id.in_(started) | (Outbox.created_at < self.clock() - stale),
+                )
+                .values(delivered_at=self.clock())
+                .returning(Outbox.id, Outbox.text)
+            )
+            return [text for _, text in sorted(rows.all())]
