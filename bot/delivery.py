@@ -52,11 +52,11 @@ async def rest_router(settings: Settings) -> AsyncIterator[Router]:
         if settings.discord_token:
             import discord
 
+            from adapters.discord import use_discord_hosts
             from adapters.discord.deliver import dm_sender as discord_dm
             from adapters.discord.deliver import reply_sender as discord_reply
 
-            if settings.discord_api_url:
-                discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
+            use_discord_hosts(settings.discord_api_url)
             client = discord.Client(intents=discord.Intents.none())
             await client.login(settings.discord_token)
             stack.push_async_callback(client.close)

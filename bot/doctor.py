@@ -279,8 +279,9 @@ async def check_discord(settings: Settings) -> list[Result]:
     token = settings.discord_token
     if not token:
         return []
-    if settings.discord_api_url:  # class-level in discord.py, as in adapters.discord
-        discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
+    from adapters.discord import use_discord_hosts
+
+    use_discord_hosts(settings.discord_api_url)
     where = discord.http.Route.BASE
     client = discord.Client(intents=discord.Intents.none())
     try:

@@ -17,7 +17,18 @@ import yarl
 from adapters.common import Services
 from adapters.discord.client import CompanionClient
 
-__all__ = ["CompanionClient", "build_discord_client", "run_discord"]
+__all__ = ["CompanionClient", "build_discord_client", "run_discord", "use_discord_hosts"]
+
+
+def use_discord_hosts(api_url: str | None = None, gateway_url: str | None = None) -> None:
+    """Point discord.py at another REST base and gateway (DISCORD_API_URL/_GATEWAY_URL).
+
+    Both are class-level in discord.py: they apply to every client in this process.
+    """
+    if api_url:
+        discord.http.Route.BASE = api_url.rstrip("/")
+    if gateway_url:
+        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
 
 
 def build_discord_client(
@@ -28,11 +39,7 @@ def build_discord_client(
     gateway_url: str | None = None,
 ) -> discord.Client:
     """The client; DMs go to `home_guild_id`'s tenant (default: the only server it is in)."""
-    # Both are class-level in discord.py: they apply to every client in this process.
-    if api_url:
-        discord.http.Route.BASE = api_url.rstrip("/")
-    if gateway_url:
-        discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(gateway_url)
+    use_discord_hosts(api_url, gateway_url)
     return CompanionClient(services, home_guild_id=home_guild_id)
 
 
