@@ -29,7 +29,7 @@ from tests.conftest import COMPANION, cli_env
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
 from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
-from tests.test_run import free_port, wait_for
+from tests.test_run import free_port, slack_http_env, wait_for
 
 SMALL = EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000, rate_limit=None)
 SECRET_WORDS = "my zucchini is called Esmeralda"
@@ -318,17 +318,7 @@ async def test_doctor_on_a_database_that_is_down_or_not_migrated(fake, pg_url):
 async def test_run_serves_health_and_metrics_next_to_slack_and_logs_json(fake, pg_url, schema):
     port = free_port()
     async with FakeSlack() as api:
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            SLACK_BOT_TOKEN="xoxb-test",
-            SLACK_SIGNING_SECRET="secret",
-            SLACK_API_URL=api.base_url,
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
-            COMPANION_LOG_LEVEL="INFO",
-        )
+        env = slack_http_env(fake, pg_url, schema, api, port, COMPANION_LOG_LEVEL="INFO")
         proc = await asyncio.create_subprocess_exec(
             *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
         )

@@ -25,19 +25,25 @@ async def wait_for(predicate, seconds=20.0):
     return False
 
 
+def slack_http_env(fake, pg_url, schema, api, port, **extra: str) -> dict:
+    """`companion run` in Slack HTTP mode on 127.0.0.1:port against the fake Slack API."""
+    return cli_env(
+        fake,
+        pg_url,
+        schema,
+        SLACK_BOT_TOKEN="xoxb-test",
+        SLACK_SIGNING_SECRET="secret",
+        SLACK_API_URL=api.base_url,
+        COMPANION_HTTP_HOST="127.0.0.1",
+        COMPANION_HTTP_PORT=str(port),
+        **extra,
+    )
+
+
 async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, schema):
     port = free_port()
     async with FakeSlack() as api:
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            SLACK_BOT_TOKEN="xoxb-test",
-            SLACK_SIGNING_SECRET="secret",
-            SLACK_API_URL=api.base_url,
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
-        )
+        env = slack_http_env(fake, pg_url, schema, api, port)
         proc = await asyncio.create_subprocess_exec(
             *COMPANION,
             "run",
