@@ -6,6 +6,7 @@ imports this module as `bench.common`.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import random
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 from sqlalchemy import text
@@ -24,6 +26,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bot.database import embedded_postgres, make_engine, migrate
+from core.ports import Completion, ToolCall
+from tests.fake_openai import last_user_text
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -255,3 +259,24 @@ def question(rng: random.Random) -> str:
         feeling=rng.choice(FEELINGS),
         adj=rng.choice(ADJECTIVES),
     )
+
+
+class InstantModel:
+    """A chat model that answers at once and in process: one send_message call echoing the
+    member ("You said: ..."), or a one-line summary when the summarizer asks."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        self.n += 1
+        if not tools:  # the summarizer calls without tools
+            return Completion("Summary: they chatted about their week.")
+        said = last_user_text({"messages": messages})
+        arguments = json.dumps({"message": f"You said: {said}"})
+        return Completion(None, (ToolCall(f"call_{self.n}", "send_message", arguments),))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import time
@@ -37,6 +36,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bench.common import (
     Database,
+    InstantModel,
     bench_database,
     chat_line,
     machine,
@@ -51,7 +51,7 @@ from core.config import EngineConfig
 from core.engine import Engine
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
-from core.ports import ChatModel, Completion, ToolCall
+from core.ports import ChatModel, Completion
 from core.prompt import INSTRUCTIONS
 from core.store import Scope
 from core.tokens import TokenCounter
@@ -66,26 +66,6 @@ def plain_line(rng: random.Random) -> str:
         line = chat_line(rng)
         if not line.lower().startswith(("remember", "what did i say about", "what do you know")):
             return line
-
-
-class InstantModel:
-    """A chat model that answers at once: one send_message call, or a summary when asked."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        self.n += 1
-        if not tools:  # the summarizer calls without tools
-            return Completion("Summary: they chatted about their week.")
-        said = str(messages[-1].get("content") or "")[:200]
-        arguments = json.dumps({"message": f"You said: {said}"})
-        return Completion(None, (ToolCall(f"call_{self.n}", "send_message", arguments),))
 
 
 class Timed:

@@ -63,14 +63,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bench.common import bench_database, chat_line, machine, revision, server_version, table
+from bench.common import (
+    InstantModel,
+    bench_database,
+    chat_line,
+    machine,
+    revision,
+    server_version,
+    table,
+)
 from bot.database import make_engine
 from core.agent import Mind
 from core.config import EngineConfig
 from core.engine import Engine
 from core.events import EventKind, InboundEvent
 from core.models import Event, Outbox, Tenant
-from core.ports import Completion, ToolCall
 from core.store import Scope
 from core.tokens import TokenCounter
 
@@ -116,28 +123,6 @@ def echo_brain(body: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-class EchoModel:
-    """--model inprocess: answers at once, in process, exactly as echo_brain does."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-    ) -> Completion:
-        from tests.fake_openai import last_user_text
-
-        self.n += 1
-        if not tools:  # the summarizer calls without tools
-            return Completion("Summary: they chatted about their week.")
-        said = last_user_text({"messages": messages})
-        arguments = json.dumps({"message": f"You said: {said}"})
-        return Completion(None, (ToolCall(f"call_{self.n}", "send_message", arguments),))
-
-
 # ---------------------------------------------------------------- a worker process
 
 
@@ -165,7 +150,7 @@ async def _worker(
         client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="bench", max_retries=0)
         model: Any = OpenAIChat(client, "fake")
     else:
-        model = EchoModel()
+        model = InstantModel()
     engine = Engine(sessions, Mind(model, TokenCounter(), CONFIG))
     try:
         warm = await engine.agent(f"{TENANT_PREFIX}warmup", f"worker-{index}")
@@ -375,7 +360,7 @@ async def main() -> int:
     command = shlex.join(["python", "bench/load.py", *sys.argv[1:]])
     async with bench_database(args.database_url, pool_size=16) as db:
         sessions = async_sessionmaker(db.engine, expire_on_commit=False)
-        parent = Engine(sessions, Mind(EchoModel(), TokenCounter(), CONFIG))
+        parent = Engine(sessions, Mind(InstantModel(), TokenCounter(), CONFIG))
         started = time.perf_counter()
         scopes = await make_agents(parent, args.tenants, args.agents)
         plan, hot_agents = make_plan(scopes, args.messages, args.hot, args.seed)
