@@ -61,6 +61,19 @@ class Exchange:
     result: TurnResult | None  # None when another process handled the event
 
 
+def _pending(scope: Scope, what: Any) -> Any:
+    """A query for one of the agent's pending events."""
+    return (
+        select(what)
+        .where(
+            Event.tenant_id == scope.tenant_id,
+            Event.agent_id == scope.agent_id,
+            Event.status == "pending",
+        )
+        .limit(1)
+    )
+
+
 class Engine(Delivery):
     def __init__(
         self,
@@ -180,29 +193,12 @@ class Engine(Delivery):
                 await enter_scope(session, scope)
                 store = AgentStore(session, scope)
                 agent = await store.lock_agent()
-                event = await session.scalar(
-                    select(Event)
-                    .where(
-                        Event.tenant_id == scope.tenant_id,
-                        Event.agent_id == scope.agent_id,
-                        Event.status == "pending",
-                    )
-                    .order_by(Event.id)
-                    .limit(1)
-                )
+                event = await session.scalar(_pending(scope, Event).order_by(Event.id))
                 if event is None:
                     return results
                 with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
                     results.append(await self._handle(session, store, agent, event))
-                more = await session.scalar(
-                    select(Event.id)
-                    .where(
-                        Event.tenant_id == scope.tenant_id,
-                        Event.agent_id == scope.agent_id,
-                        Event.status == "pending",
-                    )
-                    .limit(1)
-                )
+                more = await session.scalar(_pending(scope, Event.id))
             # An event stored after this check is drained by its own submitter, who waited
             # for the lock this transaction held.
             if more is None:
