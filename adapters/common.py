@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.engine import Engine
-from core.members import Members, MemoryView
+from core.members.service import Members, MemoryView
+from core.runtime.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -46,15 +46,15 @@ from bench.common import (
     stats_ms,
     table,
 )
-from core.agent import Mind, check_window, tools_tokens
 from core.config import EngineConfig
-from core.engine import Engine
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
+from core.memory.prompt import INSTRUCTIONS
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind, check_window, tools_tokens
 from core.ports import ChatModel, Completion
-from core.prompt import INSTRUCTIONS
-from core.store import Scope
-from core.tokens import TokenCounter
+from core.runtime.engine import Engine
+from core.scope import Scope
 from tests.fake_openai import FakeOpenAI, count_prompt, default_brain
 
 # ---------------------------------------------------------------- models

@@ -73,13 +73,13 @@ from bench.common import (
     table,
 )
 from bot.database import make_engine
-from core.agent import Mind
 from core.config import EngineConfig
-from core.engine import Engine
 from core.events import EventKind, InboundEvent
-from core.models import Event, Outbox, Tenant
-from core.store import Scope
-from core.tokens import TokenCounter
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.models import Event, Reply, Tenant
+from core.runtime.engine import Engine
+from core.scope import Scope
 
 CONFIG = EngineConfig(rate_limit=None)
 TENANT_PREFIX = "bench-load-"
@@ -174,7 +174,7 @@ async def _worker(
                 event_id = await engine.submit(scope, event)
                 stored = time.perf_counter()
                 results = await engine.drain(scope)
-                replies = await engine.take_replies(event_id)
+                replies = await engine.outbox.take_replies(event_id)
                 latency = time.perf_counter() - started
                 here = any(r.event_id == event_id for r in results)
                 done.append(Done(item.n, event_id, started, stored, latency, tuple(replies), here))
@@ -281,8 +281,8 @@ async def check(
         ).all()
         outbox = (
             await session.execute(
-                select(Outbox.id, Outbox.event_id, Outbox.text)
-                .join(Event, Event.id == Outbox.event_id)
+                select(Reply.id, Reply.event_id, Reply.text)
+                .join(Event, Event.id == Reply.event_id)
                 .where(Event.dedup_key.like("load:%"))
             )
         ).all()

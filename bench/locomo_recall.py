@@ -59,9 +59,9 @@ from bench.common import (
 )
 from core.config import EngineConfig
 from core.directory import ensure_agent
+from core.memory.search import recall_search
 from core.models import Message
-from core.search import recall_search
-from core.store import Scope
+from core.scope import Scope
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 # The usual reading of LoCoMo's category numbers.

@@ -5,7 +5,7 @@
 Loads, for one agent, --rows messages (generated English chat lines spread over --days) and
 --rows archival passages with random unit vectors of --dim dimensions; other agents get the
 same numbers again between them, so every query has to filter to its agent. Then times the
-product's own search functions (`core.search`): `recall_search` with natural-language
+product's own search functions (`core.memory.search`): `recall_search` with natural-language
 questions, `recall_by_date` over 1-7 day ranges, `archival_search` with an embedding (the
 HNSW index; EXPLAIN shows whether `passages_embedding` is used) and `archival_search` by key
 words (embedding=None). Pages 1 and 3, --page-size results each.
@@ -53,8 +53,8 @@ from bench.common import (
 )
 from core.config import EngineConfig
 from core.directory import ensure_agent
-from core.search import Page, archival_search, recall_by_date, recall_search
-from core.store import Scope
+from core.memory.search import Page, archival_search, recall_by_date, recall_search
+from core.scope import Scope
 
 T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
 MESSAGE_COLUMNS = [
@@ -329,7 +329,7 @@ async def main() -> None:
                     "queries": f"{args.queries} per kind (after 5 untimed), pages 1 and 3, "
                     f"page_size {size}, one transaction each",
                     "index builds": f"maintenance_work_mem {args.maintenance_work_mem}",
-                    "timer": "time.perf_counter around the core.search call",
+                    "timer": "time.perf_counter around the core.memory.search call",
                 },
             )
         )

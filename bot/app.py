@@ -19,13 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.database import open_database
 from bot.observability import PrometheusMetrics
 from bot.settings import Settings
-from core.agent import Mind, check_window
 from core.config import EngineConfig
-from core.engine import Engine
 from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind, check_window
 from core.ports import ChatModel, Embedder
-from core.tokens import TokenCounter
+from core.runtime.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ import socket
 import sys
 from typing import TextIO
 
-from core.agent import TurnResult
-from core.engine import Engine
 from core.events import EventKind, EventTooLarge, InboundEvent
+from core.memory.store import AgentStore
+from core.memory.turn import TurnResult
 from core.models import Event
-from core.store import AgentStore, Scope
+from core.runtime.engine import Engine
+from core.scope import Scope
 
 DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
 HELP = "Commands: /memory shows working context, /help this help, /quit leaves (or Ctrl-D)."
@@ -99,8 +100,8 @@ async def run_chat(
     waiting = []
     for done in await engine.drain(scope):
         if not await _sender_alive(engine, done.event_id):  # else that chat shows it
-            waiting += await engine.take_replies(done.event_id)
-    for text in waiting + await engine.take_waiting(scope):
+            waiting += await engine.outbox.take_replies(done.event_id)
+    for text in waiting + await engine.outbox.take_waiting(scope):
         stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():
         for line in stdin:

@@ -34,8 +34,8 @@ from bot.run import run
 from bot.settings import Settings
 from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import AgentNotFound, CompanionError, ConfigError
-from core.portability import BadExport, export_agent, import_agent
-from core.reembed import reembed, set_dimension
+from core.members.portability import BadExport, export_agent, import_agent
+from core.members.reembed import reembed, set_dimension
 
 
 def _parser() -> argparse.ArgumentParser:

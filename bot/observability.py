@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import ConfigError
 from core.logcontext import current
-from core.models import Event, Outbox
+from core.models import Event, Reply
 
 log = logging.getLogger(__name__)
 IDS = ("tenant_id", "agent_id", "event_id")
@@ -228,7 +228,7 @@ class PrometheusMetrics:
                     select(func.count()).select_from(Event).where(Event.status == "pending")
                 )
                 outbox = await session.scalar(
-                    select(func.count()).select_from(Outbox).where(Outbox.delivered_at.is_(None))
+                    select(func.count()).select_from(Reply).where(Reply.delivered_at.is_(None))
                 )
             self._queues.depth = {"events": int(events or 0), "outbox": int(outbox or 0)}
         except Exception as error:  # TimeoutError included

@@ -15,7 +15,8 @@ from bot.app import App
 from bot.delivery import rest_router
 from core.errors import ConfigError
 from core.models import Agent, Tenant, User
-from core.schedule import plan_for, tick
+from core.runtime.tick import tick
+from core.schedule.planning import plan_for
 
 
 def parse_now(text: str | None) -> datetime:

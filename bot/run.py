@@ -30,8 +30,8 @@ from adapters.common import Services
 from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, add_health_routes, serving
-from core.members import Members
-from core.schedule import tick
+from core.members.service import Members
+from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
@@ -125,7 +125,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
     )
 
     async def redelivery() -> None:
-        done, failing = await app.engine.redeliver(REDELIVER_AFTER, router.route)
+        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER, router.route)
         if done or failing:
             log.info("redelivered replies of %d events, %d still failing", done, failing)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from core.openers import ScheduleConfig
+from core.schedule.policy import ScheduleConfig
 
 DEFAULT_PERSONA = (
     "I am Companion, a warm, curious and candid friend who lives in this community's chat. "

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
 from core.models import Agent, Block, Tenant, User
-from core.store import Scope
+from core.scope import Scope
 
 
 async def _upsert_id(session: AsyncSession, model: type, values: dict, keys: list[str]) -> int:
@@ -95,3 +95,15 @@ async def delete_agent(session: AsyncSession, scope: Scope) -> None:
     await session.execute(
         delete(Agent).where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
     )
+
+
+async def member_of(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
+    """The tenant and user an agent belongs to."""
+    row = (
+        await session.execute(
+            select(Tenant, User)
+            .join(User, User.tenant_id == Tenant.id)
+            .where(User.id == agent.user_id, Tenant.id == agent.tenant_id)
+        )
+    ).one()
+    return row[0], row[1]

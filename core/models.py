@@ -1,7 +1,7 @@
 """The tables. One ORM class per concept; core logic uses these or small dataclasses.
 
 Every row that belongs to a member carries `tenant_id` and `agent_id`; queries filter on both
-(see `core.store`). Deleting an agent cascades to everything it owns.
+(see `core.memory.store`). Deleting an agent cascades to everything it owns.
 
     tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)
                               ├─< messages      recall storage; `in_context` marks the FIFO queue
@@ -91,7 +91,7 @@ class Agent(Base):
     pressure_warned: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     last_active_at: Mapped[datetime | None] = mapped_column(TS)  # the member's last message
-    # Scheduled interrupts (core.schedule): claimed when due, with FOR UPDATE SKIP LOCKED.
+    # Scheduled interrupts (core.schedule.planning): claimed when due, with FOR UPDATE SKIP LOCKED.
     next_opener_at: Mapped[datetime | None] = mapped_column(TS)
     last_opener_at: Mapped[datetime | None] = mapped_column(TS)
     openers_unanswered: Mapped[int] = mapped_column(Integer, default=0)
@@ -198,7 +198,9 @@ class AuditEntry(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
-class Outbox(Base):
+class Reply(Base):
+    """One reply in the outbox: written with the turn, marked when delivered."""
+
     __tablename__ = "outbox"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()

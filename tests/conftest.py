@@ -24,11 +24,11 @@ import openai
 import pytest
 
 from bot.database import embedded_postgres, make_engine, migrate
-from core.agent import Mind
 from core.config import EngineConfig
-from core.engine import Engine
 from core.llm import OpenAIChat, OpenAIEmbedder
-from core.tokens import TokenCounter
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.runtime.engine import Engine
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent

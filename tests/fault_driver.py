@@ -26,8 +26,8 @@ from pathlib import Path
 
 from bot.app import open_app
 from bot.settings import Settings
-from core.engine import Engine, Send
 from core.events import EventKind, InboundEvent
+from core.runtime.engine import Engine, Send
 
 TENANT = "slack:TFAULT"  # not "local": the redelivery sweep only serves platform tenants
 USER = "U1"
@@ -60,13 +60,13 @@ async def talk(engine: Engine, text: str) -> None:
     event_id = await engine.submit(scope, InboundEvent(EventKind.USER_MESSAGE, text, f"m:{text}"))
     await pause("stored")
     await engine.drain(scope)
-    await engine.deliver(event_id, member_sees())
+    await engine.outbox.deliver(event_id, member_sees())
 
 
 async def restart(engine: Engine) -> None:
     send = member_sees()
     resumed = await engine.resume()
-    delivered, failing = await engine.redeliver(timedelta(0), lambda *_: send)
+    delivered, failing = await engine.outbox.redeliver(timedelta(0), lambda *_: send)
     print(f"resumed {resumed} agent(s); delivered {delivered} event(s), {failing} failing")
 
 

@@ -85,7 +85,7 @@ async def test_stored_before_the_model_is_called(engine, fake, sessions):
         stored = await session.get(Event, event_id)
     assert stored.status == "pending" and stored.payload["text"] == "are you there?"
     assert await engine.resume() == 1
-    assert await engine.take_replies(event_id) == ["You said: are you there?"]
+    assert await engine.outbox.take_replies(event_id) == ["You said: are you there?"]
 
 
 async def test_a_busy_agent_still_stores_new_events_at_once(make_engine_for, fake, sessions):

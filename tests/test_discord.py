@@ -23,8 +23,8 @@ from adapters.discord import build_discord_client
 from adapters.discord.client import CompanionClient
 from adapters.discord.commands import LAPSED, Confirm
 from core.config import EngineConfig
-from core.documents import MAX_UPLOAD_BYTES
-from core.members import Members
+from core.members.documents import MAX_UPLOAD_BYTES
+from core.members.service import Members
 from core.models import Passage
 from tests.fake_discord import (
     EPHEMERAL,

@@ -5,11 +5,11 @@ import json
 import pytest
 from sqlalchemy import select
 
-from core.documents import MAX_UPLOAD_BYTES, UploadRejected, chunk_text, extract_text
 from core.events import EventKind, InboundEvent
+from core.members.documents import MAX_UPLOAD_BYTES, UploadRejected, chunk_text, extract_text
+from core.memory.search import archival_search
+from core.memory.tokens import TokenCounter
 from core.models import Passage
-from core.search import archival_search
-from core.tokens import TokenCounter
 from tests.fake_openai import calls, last, last_user_text, say, tool_call
 from tests.pdfs import make_pdf
 

@@ -36,13 +36,13 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import make_engine, migrate
-from core.agent import Mind
 from core.config import EngineConfig
-from core.engine import Engine
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
-from core.models import Block, Event, Message, Outbox
-from core.tokens import TokenCounter
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.models import Block, Event, Message, Reply
+from core.runtime.engine import Engine
 from tests.conftest import COMPANION, ROOT, cli_env
 from tests.fake_openai import (
     FakeOpenAI,
@@ -144,7 +144,7 @@ async def state(sessions) -> dict[str, Any]:
             select(Message.content).where(Message.role == "user").order_by(Message.id)
         )
         outbox = await session.execute(
-            select(Outbox.text, Outbox.delivered_at.is_not(None)).order_by(Outbox.id)
+            select(Reply.text, Reply.delivered_at.is_not(None)).order_by(Reply.id)
         )
         return {
             "events": list(events),
@@ -430,7 +430,7 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
         # `Engine.resume` (at the next start, and every few minutes in `companion run`; or the
         # next drain of her agent) handles alice's event; the redelivery sweep sends the reply.
         assert await engine.resume() == 1
-        assert await engine.redeliver(timedelta(0), lambda *_: send_to("alice")) == (1, 0)
+        assert await engine.outbox.redeliver(timedelta(0), lambda *_: send_to("alice")) == (1, 0)
         await engine.converse(alice, message("after the restart"), send_to("alice"))
 
         assert seen == {
@@ -449,7 +449,7 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
                 )
             ).all()
             undelivered = (
-                await session.scalars(select(Outbox.id).where(Outbox.delivered_at.is_(None)))
+                await session.scalars(select(Reply.id).where(Reply.delivered_at.is_(None)))
             ).all()
         assert statuses == ["done"] * 4
         assert sorted(said) == sorted(

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from core.agent import STEP_CAP_REPLY
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
+from core.memory.search import recall_search
+from core.memory.turn import STEP_CAP_REPLY
 from core.models import Block
-from core.search import recall_search
 from tests.fake_openai import (
     calls,
     completion,

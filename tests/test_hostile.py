@@ -34,23 +34,23 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 import adapters.slack.events as slack_events
-import core.documents as documents
+import core.members.documents as documents
 from adapters.common import FORGET_ASK, NOT_ADMIN, NOTHING_YET, Services
 from adapters.discord import build_discord_client
 from adapters.discord.messages import DISCORD_LIMIT, SORRY
 from adapters.slack import build_slack_app
 from adapters.slack.commands import RESET
 from bot.database import make_engine, migrate
-from core.agent import STEP_CAP_REPLY, Mind
 from core.config import EngineConfig
-from core.documents import MAX_UPLOAD_BYTES, UploadRejected, chunk_text
-from core.engine import INTERNAL_ERROR_REPLY, Engine
 from core.events import MAX_EVENT_CHARS, EventKind, EventTooLarge, InboundEvent, clean_text
 from core.llm import OpenAIChat
-from core.members import Members
+from core.members.documents import MAX_UPLOAD_BYTES, UploadRejected, chunk_text
+from core.members.service import Members
+from core.memory.tokens import TokenCounter
+from core.memory.turn import STEP_CAP_REPLY, Mind
 from core.models import Agent, AuditEntry, Block, Event, Message, Passage, Tenant, User
-from core.store import Scope
-from core.tokens import TokenCounter
+from core.runtime.engine import INTERNAL_ERROR_REPLY, Engine
+from core.scope import Scope
 from tests.conftest import COMPANION, ROOT, Clock, cli_env
 from tests.fake_discord import (
     MANAGE_GUILD,

@@ -3,8 +3,8 @@
 from sqlalchemy import select
 
 from core.events import EventKind, InboundEvent
+from core.memory.search import archival_search, recall_search
 from core.models import Block, Message
-from core.search import archival_search, recall_search
 from tests.fake_openai import calls, is_summary_request, last_user_text, say, summary_of, tool_call
 
 

@@ -5,7 +5,7 @@ from sqlalchemy import func, select
 
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
-from core.members import BadSetting, Members, parse_quiet_hours
+from core.members.service import BadSetting, Members, parse_quiet_hours
 from core.models import Agent, Event, Message, User
 
 

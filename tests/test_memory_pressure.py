@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
+from core.memory.search import recall_search
 from core.models import Message, Summary
-from core.search import recall_search
 from tests.fake_openai import (
     calls,
     count_prompt,

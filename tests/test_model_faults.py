@@ -15,10 +15,10 @@ import pytest
 from aiohttp import web
 from sqlalchemy import select
 
-from core.engine import INTERNAL_ERROR_REPLY
 from core.events import EventKind, InboundEvent
+from core.memory.search import recall_search
 from core.models import Event
-from core.search import recall_search
+from core.runtime.engine import INTERNAL_ERROR_REPLY
 from tests.fake_openai import (
     calls,
     count_prompt,

@@ -93,7 +93,9 @@ async def test_json_logs_carry_the_event_ids_and_never_the_members_words(
         assert all(
             (r["tenant_id"], r["agent_id"]) == (scope.tenant_id, scope.agent_id) for r in during
         )
-    (warning,) = [r for r in records if r["level"] == "WARNING" and r["logger"] == "core.engine"]
+    (warning,) = [
+        r for r in records if r["level"] == "WARNING" and r["logger"] == "core.runtime.engine"
+    ]
     assert warning["event_id"] == failed.event_id and "HTTP 500" in warning["message"]
     loud = [r for r in records if r["level"] != "DEBUG"]
     assert not [r for r in loud if "zucchini" in json.dumps(r) or "Esmeralda" in json.dumps(r)]
@@ -170,7 +172,7 @@ async def test_queue_depth_is_measured_in_postgres_when_scraped(engine, sessions
     assert value(found, "companion_queue_depth", queue="events") == 0
     assert value(found, "companion_queue_depth", queue="outbox") == 1  # not yet sent
 
-    await engine.take_replies(result.event_id)
+    await engine.outbox.take_replies(result.event_id)
     found = samples(await metrics.exposition())
     assert value(found, "companion_queue_depth", queue="outbox") == 0
 

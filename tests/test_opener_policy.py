@@ -4,7 +4,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from core.openers import (
+from core.schedule.policy import (
     OpenerHistory,
     OpenerPolicy,
     after_quiet_hours,

@@ -7,10 +7,10 @@ from sqlalchemy import select
 
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
-from core.members import Members
+from core.members.service import Members
 from core.models import Agent
-from core.openers import ScheduleConfig
-from core.schedule import tick
+from core.runtime.tick import tick
+from core.schedule.policy import ScheduleConfig
 from tests.fake_openai import (
     calls,
     completion,
@@ -46,7 +46,7 @@ def brain(body):
     return say("hello!")
 
 
-class Outbox:
+class Reply:
     def __init__(self):
         self.sent = []
 
@@ -71,7 +71,7 @@ async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sess
     scope = await chat(engine, "ana", "remember that I am flying to Lisbon on Friday")
     due = await next_opener_at(sessions, scope)
     assert T0 + timedelta(days=3) <= due <= T0 + timedelta(days=3, hours=6)
-    outbox = Outbox()
+    outbox = Reply()
     assert (await tick(engine, T0 + timedelta(days=1), outbox)).claimed == []
     clock.now = due + timedelta(minutes=1)
     report = await tick(engine, clock.now, outbox)
@@ -93,7 +93,7 @@ async def test_an_agent_with_nothing_to_say_stays_silent(engine, fake, clock, se
     clock.now = T0
     scope = await chat(engine, "bo", "hi")
     clock.now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    outbox = Outbox()
+    outbox = Reply()
     report = await tick(engine, clock.now, outbox)
     assert report.silent == 1 and outbox.sent == []
     async with sessions() as session:
@@ -110,7 +110,7 @@ async def test_opt_out_takes_effect_at_once(engine, fake, clock, sessions):
     await members.settings("discord:1", "cy", openers=False)
     assert await next_opener_at(sessions, scope) is None
     before = len(fake.requests)
-    assert (await tick(engine, due + timedelta(hours=1), Outbox())).claimed == []
+    assert (await tick(engine, due + timedelta(hours=1), Reply())).claimed == []
     assert len(fake.requests) == before
     await members.settings("discord:1", "cy", openers=True)
     assert await next_opener_at(sessions, scope) == due
@@ -135,7 +135,7 @@ async def test_two_processes_claiming_at_once_send_one_opener(
     clock.now = T0
     scope = await chat(first, "eve", "remember that Lisbon is my home town")
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    outbox = Outbox()
+    outbox = Reply()
     reports = await asyncio.gather(*(tick(e, now, outbox) for e in (first, second, first)))
     assert sum(len(r.claimed) for r in reports) == 1
     assert len(outbox.sent) == 1
@@ -148,7 +148,7 @@ async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessio
     clock.now = T0
     for i in range(12):
         await chat(engine, f"m{i}", "remember that I love Lisbon")
-    outbox = Outbox()
+    outbox = Reply()
     restart = T0 + timedelta(days=6)  # the bot was down while all of them fell due
     first = await tick(engine, restart, outbox)
     assert first.claimed == [] and outbox.sent == []
@@ -172,14 +172,14 @@ async def test_restart_loses_nothing_claimed(engine, make_engine_for, fake, cloc
     clock.now = T0
     scope = await chat(engine, "fay", "remember that I am in Lisbon")
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    from core.schedule import claim_due
+    from core.schedule.planning import claim_due
 
     async with sessions() as session, session.begin():
         claims = await claim_due(session, now, ScheduleConfig())
     assert len(claims) == 1  # ...and the process dies here
     fresh = make_engine_for()
     assert await fresh.resume() == 1
-    assert await fresh.undelivered(claims[0].event_id) == ["How was the trip to Lisbon?"]
+    assert await fresh.outbox.undelivered(claims[0].event_id) == ["How was the trip to Lisbon?"]
 
 
 async def test_upkeep_runs_when_idle_and_cannot_message(make_engine_for, fake, clock, sessions):
@@ -188,10 +188,10 @@ async def test_upkeep_runs_when_idle_and_cannot_message(make_engine_for, fake, c
     engine = make_engine_for(config)
     clock.now = T0
     await chat(engine, "gus", "hello")
-    outbox = Outbox()
+    outbox = Reply()
     report = await tick(engine, T0 + timedelta(hours=2, minutes=1), outbox)
     assert [c.purpose for c in report.claimed] == ["upkeep"]
-    assert outbox.sent == [] and await engine.undelivered(report.claimed[0].event_id) == []
+    assert outbox.sent == [] and await engine.outbox.undelivered(report.claimed[0].event_id) == []
     tool_results = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "tool"]
     assert any("cannot message" in r for r in tool_results)
     steps = [b for b in fake.chat_requests if "memory upkeep" in str(b["messages"])]
@@ -205,5 +205,5 @@ async def test_openers_for_terminal_members_wait_in_the_outbox(engine, fake, clo
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
     report = await tick(engine, now, None)
     assert report.undelivered == 1
-    assert await engine.take_waiting(scope) == ["How was the trip to Lisbon?"]
-    assert await engine.take_waiting(scope) == []
+    assert await engine.outbox.take_waiting(scope) == ["How was the trip to Lisbon?"]
+    assert await engine.outbox.take_waiting(scope) == []

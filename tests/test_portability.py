@@ -1,7 +1,8 @@
 """Export, reset and import: a member's memory leaves and comes back exactly as it was.
 
 The first tests drive the `companion` command (real subprocesses); the last ones call
-`core.portability` directly, to cover what the fake's chats never make (passages, summaries).
+`core.members.portability` directly, to cover what the fake's chats never make (passages,
+summaries).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from sqlalchemy import func, select
 from core.directory import ensure_agent
 from core.errors import ImportConflict
 from core.events import EventKind, InboundEvent
+from core.members.portability import BadExport, export_agent, import_agent
+from core.memory.store import AgentStore
 from core.models import Message, Passage
-from core.portability import BadExport, export_agent, import_agent
-from core.store import AgentStore
 from tests.conftest import Run, cli_env, companion
 
 TENANT = "club"
@@ -208,7 +209,7 @@ async def test_damaged_export_changes_nothing(fake, pg_url, schema, scratch):
     assert erin.code == 2 and "erin" in erin.err, erin
 
 
-# --- core.portability, called directly -------------------------------------------------------
+# --- core.members.portability, called directly ---------------------------------------------
 
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

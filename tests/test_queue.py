@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.queue import Pressure, evict_until, pressure, units
+from core.memory.queue import Pressure, evict_until, pressure, units
 
 
 @dataclass

@@ -11,8 +11,8 @@ from adapters.slack import build_slack_app
 from adapters.slack.events import dm_sender, reply_sender
 from bot.delivery import Router
 from core.config import EngineConfig
-from core.members import Members
-from core.models import Outbox
+from core.members.service import Members
+from core.models import Reply
 from tests.fake_slack import FakeSlack
 from tests.test_slack import SECRET, dispatch, envelope, message
 
@@ -45,20 +45,23 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
     }
     await dispatch(app, envelope(event))
     async with sessions() as session:
-        row = await session.scalar(select(Outbox))
+        row = await session.scalar(select(Reply))
     assert row.delivered_at is None and row.attempts == 1
     assert "service_unavailable" in row.last_error
 
     clock.advance(minutes=1)
-    assert await engine.redeliver(timedelta(seconds=30), router.route) == (0, 1)  # still down
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (
+        0,
+        1,
+    )  # still down
     del api.fail_methods["chat.postMessage"]
-    assert await engine.redeliver(timedelta(seconds=30), router.route) == (1, 0)
-    assert await engine.redeliver(timedelta(seconds=30), router.route) == (0, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (0, 0)
     delivered = [c for c in api.called("chat.postMessage") if "are you there" in c["text"]]
     assert len(delivered) == 3  # two failed tries, then the one that went out
     assert delivered[-1]["channel"] == "C5" and delivered[-1]["thread_ts"] == "1700000009.000300"
     async with sessions() as session:
-        row = await session.scalar(select(Outbox))
+        row = await session.scalar(select(Reply))
     assert row.delivered_at is not None and row.attempts == 2
 
 
@@ -68,8 +71,8 @@ async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
     await dispatch(app, message(text="hello"))
     for _ in range(12):
         clock.advance(minutes=1)
-        await engine.redeliver(timedelta(seconds=30), router.route)
+        await engine.outbox.redeliver(timedelta(seconds=30), router.route)
     async with sessions() as session:
-        row = await session.scalar(select(Outbox))
+        row = await session.scalar(select(Reply))
     assert row.attempts == 10 and row.delivered_at is None
     assert len(api.called("chat.postMessage")) == 10

@@ -6,9 +6,9 @@ from sqlalchemy import text
 
 from core.config import EngineConfig
 from core.directory import ensure_agent
-from core.reembed import reembed, set_dimension
-from core.search import archival_search
-from core.store import AgentStore
+from core.members.reembed import reembed, set_dimension
+from core.memory.search import archival_search
+from core.memory.store import AgentStore
 from tests.fake_openai import embed_text
 
 

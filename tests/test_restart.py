@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from core.events import EventKind, InboundEvent
-from core.models import Event, Message, Outbox
+from core.models import Event, Message, Reply
 from tests.conftest import Run, cli_env, companion
 from tests.fake_openai import default_brain, last_user_text
 
@@ -90,9 +90,7 @@ async def test_pending_event_is_handled_once_at_the_next_start(
     assert held == [True], "the second process never waited: nothing was tested"
     async with sessions() as session:
         event = await session.get(Event, event_id)
-        replies = list(
-            await session.scalars(select(Outbox.text).where(Outbox.event_id == event_id))
-        )
+        replies = list(await session.scalars(select(Reply.text).where(Reply.event_id == event_id)))
         said = list(
             await session.scalars(
                 select(Message.content)

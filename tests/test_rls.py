@@ -13,7 +13,8 @@ from sqlalchemy.exc import DBAPIError
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.events import EventKind, InboundEvent
-from core.store import AgentStore, enter_scope
+from core.memory.store import AgentStore
+from core.scope import enter_scope
 from tests.fake_openai import (
     calls,
     is_summary_request,

@@ -5,8 +5,8 @@ from datetime import UTC, date, datetime, timedelta
 
 from core.config import EngineConfig
 from core.directory import ensure_agent
-from core.search import archival_search, recall_by_date, recall_search
-from core.store import AgentStore
+from core.memory.search import archival_search, recall_by_date, recall_search
+from core.memory.store import AgentStore
 from tests.fake_openai import embed_text
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)

@@ -3,9 +3,9 @@
 import pytest
 
 from bot.settings import Settings
-from core.agent import check_window
 from core.config import EngineConfig, window_for
 from core.errors import ConfigError, ContextTooSmall
+from core.memory.turn import check_window
 
 
 def test_known_windows_tolerate_prefixes_and_tags():

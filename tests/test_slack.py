@@ -11,7 +11,7 @@ from sqlalchemy import select
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
 from adapters.slack import build_slack_app
 from core.config import EngineConfig
-from core.members import Members
+from core.members.service import Members
 from core.models import Passage
 from tests.fake_openai import last_user_text, say
 from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed

@@ -1,7 +1,7 @@
 """The Discord client: gateway events in, engine calls out.
 
     CompanionClient     intents, mention safety, the slash command tree, tenant lookup
-      on_ready          sync the slash commands (once per process)
+      setup_hook        sync the slash commands (once per process, after login)
       on_message        a DM, mention or reply to the bot -> the author's agent
       on_member_join    a welcome by DM, when the community has welcomes on
 
@@ -17,7 +17,7 @@ import logging
 import discord
 
 from adapters.common import WELCOME_EVENT, Services
-from adapters.discord.commands import CompanionTree, add_commands
+from adapters.discord.commands import CommandState, CompanionTree, add_commands
 from adapters.discord.messages import (
     CHAT_TYPES,
     DISCORD_LIMIT,
@@ -72,8 +72,7 @@ class CompanionClient(discord.Client):
         self.services = services
         self.home_guild_id = home_guild_id
         self.tree = CompanionTree(self)
-        add_commands(self.tree)
-        self._synced = False
+        add_commands(self.tree, CommandState(services, self.tenant_for))
 
     def tenant_for(self, guild_id: int | None) -> str:
         """The tenant of a server; a DM (no server) goes to the home server's tenant."""
@@ -83,17 +82,16 @@ class CompanionClient(discord.Client):
             guild_id = self.guilds[0].id
         return f"discord:{guild_id}" if guild_id is not None else "discord:dm"
 
-    async def on_ready(self) -> None:
-        log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
-        if self._synced:
-            return
+    async def setup_hook(self) -> None:
         try:
             commands = await self.tree.sync()
         except discord.HTTPException:
             log.exception("could not sync the slash commands")
             return
-        self._synced = True
         log.info("synced %d slash commands", len(commands))
+
+    async def on_ready(self) -> None:
+        log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
 
     async def on_message(self, message: discord.Message) -> None:
         me = self.user

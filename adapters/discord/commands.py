@@ -6,8 +6,12 @@
 
 Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
 Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
-permissions), or a configured admin id; it is checked here on every invocation and again on
-the confirming click. `default_permissions` merely hides the group from others.
+permissions), or a configured admin id; the admin group's `interaction_check` checks it on
+every invocation, and the confirming click checks it again. `default_permissions` merely
+hides the group from others.
+
+The commands get what they need (`CommandState`: the services and the tenant of a server)
+when they are built, as cogs do; they never reach back into the client.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import gzip
 import io
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal
 from zoneinfo import available_timezones
 
 import discord
@@ -35,10 +40,7 @@ from adapters.common import (
 )
 from adapters.discord.messages import DISCORD_LIMIT, SORRY
 from adapters.text import split_message
-from core.members import BadSetting
-
-if TYPE_CHECKING:
-    from adapters.discord.client import CompanionClient
+from core.members.service import BadSetting
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +62,15 @@ def is_admin(interaction: discord.Interaction, admin_ids: frozenset[str]) -> boo
     return permissions.manage_guild or permissions.administrator
 
 
-def _where(interaction: discord.Interaction) -> tuple[Services, str]:
-    client = cast("CompanionClient", interaction.client)
-    return client.services, client.tenant_for(interaction.guild_id)
+@dataclass(frozen=True)
+class CommandState:
+    """What the commands need from the composition root, handed in when they are built."""
+
+    services: Services
+    tenant_for: Callable[[int | None], str]  # the tenant of a server (None: a DM)
+
+    def tenant(self, interaction: discord.Interaction) -> str:
+        return self.tenant_for(interaction.guild_id)
 
 
 async def _say(interaction: discord.Interaction, text: str, **extra: Any) -> None:
@@ -129,15 +137,19 @@ class Confirm(discord.ui.View):
 
 
 class MemoryCommands(app_commands.Group, name="memory", description="What I remember about you"):
+    def __init__(self, state: CommandState) -> None:
+        super().__init__()
+        self.state = state
+
     @app_commands.command(description="Show what I remember about you")
     async def show(self, interaction: discord.Interaction) -> None:
-        services, tenant = _where(interaction)
+        services, tenant = self.state.services, self.state.tenant(interaction)
         view = await services.members.view(tenant, str(interaction.user.id))
         await _say(interaction, memory_text(view))
 
     @app_commands.command(description="Send you everything I remember about you, as a JSON file")
     async def export(self, interaction: discord.Interaction) -> None:
-        services, tenant = _where(interaction)
+        services, tenant = self.state.services, self.state.tenant(interaction)
         await interaction.response.defer(ephemeral=True, thinking=True)
         doc = await services.members.export(tenant, str(interaction.user.id))
         if doc is None:
@@ -147,7 +159,7 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
 
     @app_commands.command(description="Erase everything I remember about you, for good")
     async def forget(self, interaction: discord.Interaction) -> None:
-        services, tenant = _where(interaction)
+        services, tenant = self.state.services, self.state.tenant(interaction)
         user = str(interaction.user.id)
 
         async def erase(click: discord.Interaction) -> str:
@@ -164,21 +176,24 @@ class AdminCommands(
     description="Community admins: members' memory and welcomes",
     default_permissions=discord.Permissions(manage_guild=True),
 ):
-    async def refused(self, interaction: discord.Interaction, services: Services) -> bool:
-        if is_admin(interaction, services.admin_ids):
-            return False
+    def __init__(self, state: CommandState) -> None:
+        super().__init__()
+        self.state = state
+
+    async def interaction_check(self, interaction: discord.Interaction) -> bool:
+        """Every admin command: Manage Server here, or a configured admin id."""
+        if is_admin(interaction, self.state.services.admin_ids):
+            return True
         log.warning(
             "user %s is not an admin of guild %s", interaction.user.id, interaction.guild_id
         )
         await _say(interaction, NOT_ADMIN)
-        return True
+        return False
 
     @app_commands.command(description="Send yourself a member's whole memory as a JSON file")
     @app_commands.describe(member="Whose memory")
     async def export(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = _where(interaction)
-        if await self.refused(interaction, services):
-            return
+        services, tenant = self.state.services, self.state.tenant(interaction)
         await interaction.response.defer(ephemeral=True, thinking=True)
         actor = str(interaction.user.id)
         doc = await services.members.admin_export(tenant, actor, str(member.id))
@@ -190,9 +205,7 @@ class AdminCommands(
     @app_commands.command(description="Erase a member's whole memory, for good")
     @app_commands.describe(member="Whose memory")
     async def reset(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = _where(interaction)
-        if await self.refused(interaction, services):
-            return
+        services, tenant = self.state.services, self.state.tenant(interaction)
         name = member.display_name
 
         async def erase(click: discord.Interaction) -> str:
@@ -207,9 +220,7 @@ class AdminCommands(
     @app_commands.command(description="Whether new members get a welcome by DM")
     @app_commands.describe(enabled="True: new members get a welcome; False: they don't")
     async def welcome(self, interaction: discord.Interaction, enabled: bool) -> None:
-        services, tenant = _where(interaction)
-        if await self.refused(interaction, services):
-            return
+        services, tenant = self.state.services, self.state.tenant(interaction)
         await services.members.tenant_settings(
             tenant, actor=str(interaction.user.id), welcome=enabled
         )
@@ -217,28 +228,47 @@ class AdminCommands(
         await _say(interaction, f"New members {state}.")
 
 
-async def _setting(interaction: discord.Interaction, **change: Any) -> dict[str, Any] | None:
-    services, tenant = _where(interaction)
-    try:
-        return await services.members.settings(tenant, str(interaction.user.id), **change)
-    except BadSetting as error:
-        await _say(interaction, f"That didn't work: {error}.")
-        return None
+def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any, None]]:
+    """/openers, /quiet-hours and /timezone: the member's own opener settings."""
 
+    async def change(interaction: discord.Interaction, **change: Any) -> dict[str, Any] | None:
+        user = str(interaction.user.id)
+        try:
+            return await state.services.members.settings(state.tenant(interaction), user, **change)
+        except BadSetting as error:
+            await _say(interaction, f"That didn't work: {error}.")
+            return None
 
-@app_commands.describe(setting="on: I may write to you first now and then; off: I only answer")
-async def openers(interaction: discord.Interaction, setting: Literal["on", "off"]) -> None:
-    if await _setting(interaction, openers=setting == "on") is not None:
-        what = "I may start a conversation now and then" if setting == "on" else "I only answer"
-        await _say(interaction, f"Openers {setting}: {what}.")
+    @app_commands.describe(setting="on: I may write to you first now and then; off: I only answer")
+    async def openers(interaction: discord.Interaction, setting: Literal["on", "off"]) -> None:
+        if await change(interaction, openers=setting == "on") is not None:
+            what = "I may start a conversation now and then" if setting == "on" else "I only answer"
+            await _say(interaction, f"Openers {setting}: {what}.")
 
+    @app_commands.describe(hours="For example 22:00-09:00, in your time zone")
+    async def quiet_hours(interaction: discord.Interaction, hours: str) -> None:
+        saved = await change(interaction, quiet_hours=hours)
+        if saved is not None:
+            span, zone = saved["quiet_hours"], saved["timezone"]
+            await _say(
+                interaction, f"Quiet hours {span} ({zone}): I won't start conversations then."
+            )
 
-@app_commands.describe(hours="For example 22:00-09:00, in your time zone")
-async def quiet_hours(interaction: discord.Interaction, hours: str) -> None:
-    saved = await _setting(interaction, quiet_hours=hours)
-    if saved is not None:
-        span, zone = saved["quiet_hours"], saved["timezone"]
-        await _say(interaction, f"Quiet hours {span} ({zone}): I won't start conversations then.")
+    @app_commands.describe(zone="For example Europe/Berlin")
+    @app_commands.autocomplete(zone=_zone_choices)
+    async def timezone(interaction: discord.Interaction, zone: str) -> None:
+        saved = await change(interaction, timezone=zone)
+        if saved is not None:
+            await _say(interaction, f"Your time zone is now {saved['timezone']}.")
+
+    return [
+        app_commands.Command(name=name, description=description, callback=callback)
+        for name, callback, description in (
+            ("openers", openers, "Whether I may start conversations with you"),
+            ("quiet-hours", quiet_hours, "Hours when I never start a conversation"),
+            ("timezone", timezone, "Your time zone, for quiet hours"),
+        )
+    ]
 
 
 @cache
@@ -254,18 +284,12 @@ async def _zone_choices(
     return [app_commands.Choice(name=name, value=name) for name in names]
 
 
-@app_commands.describe(zone="For example Europe/Berlin")
-@app_commands.autocomplete(zone=_zone_choices)
-async def timezone(interaction: discord.Interaction, zone: str) -> None:
-    saved = await _setting(interaction, timezone=zone)
-    if saved is not None:
-        await _say(interaction, f"Your time zone is now {saved['timezone']}.")
-
-
 class CompanionTree(app_commands.CommandTree):
     async def on_error(
         self, interaction: discord.Interaction, error: app_commands.AppCommandError
     ) -> None:
+        if isinstance(error, app_commands.CheckFailure):
+            return  # the check answered already (e.g. "Only community admins can do that.")
         name = interaction.command.qualified_name if interaction.command else "?"
         log.error("/%s by %s failed", name, interaction.user.id, exc_info=error)
         try:
@@ -274,15 +298,9 @@ class CompanionTree(app_commands.CommandTree):
             log.warning("could not apologise for /%s", name)
 
 
-def add_commands(tree: app_commands.CommandTree) -> None:
+def add_commands(tree: app_commands.CommandTree, state: CommandState) -> None:
     """A fresh set of commands for this tree (no command object is shared between clients)."""
-    tree.add_command(MemoryCommands())
-    tree.add_command(AdminCommands())
-    for name, callback, description in (
-        ("openers", openers, "Whether I may start conversations with you"),
-        ("quiet-hours", quiet_hours, "Hours when I never start a conversation"),
-        ("timezone", timezone, "Your time zone, for quiet hours"),
-    ):
-        tree.add_command(
-            app_commands.Command(name=name, description=description, callback=callback)
-        )
+    tree.add_command(MemoryCommands(state))
+    tree.add_command(AdminCommands(state))
+    for command in _setting_commands(state):
+        tree.add_command(command)

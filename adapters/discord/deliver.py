@@ -11,9 +11,8 @@ from typing import Any
 
 import discord
 
+from adapters.discord.messages import DISCORD_LIMIT
 from adapters.text import split_message
-
-DISCORD_LIMIT = 2000
 
 
 def dm_sender(client: discord.Client):

@@ -23,9 +23,9 @@ import discord
 
 from adapters.common import Services
 from adapters.text import split_message
-from core.documents import UploadRejected, check_upload
 from core.events import EventKind, EventTooLarge, InboundEvent
-from core.store import Scope
+from core.members.documents import UploadRejected, check_upload
+from core.scope import Scope
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from adapters.common import (
     memory_text,
 )
 from adapters.text import to_slack_mrkdwn
-from core.members import BadSetting
+from core.members.service import BadSetting
 
 FORGET = "companion_forget_confirm"
 RESET = "companion_admin_reset_confirm"

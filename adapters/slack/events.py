@@ -19,8 +19,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import WELCOME_EVENT, Services
 from adapters.text import split_message, to_slack_mrkdwn
-from core.documents import MAX_UPLOAD_BYTES, UploadRejected, check_upload
 from core.events import EventKind, EventTooLarge, InboundEvent
+from core.members.documents import MAX_UPLOAD_BYTES, UploadRejected, check_upload
 
 log = logging.getLogger(__name__)
 SLACK_TEXT_LIMIT = 3000  # a section block's text limit

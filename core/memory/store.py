@@ -1,38 +1,21 @@
 """Reads and writes of one agent's memory, always inside that agent's scope.
 
 `AgentStore` wraps a session and a `Scope` (tenant id, agent id); every query it makes
-filters on both. Search lives in `core.search`; whole-agent data moves in `core.portability`.
+filters on both. Search lives in `core.memory.search`; whole-agent data moves in
+`core.members.portability`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.models import Agent, Block, Message, Outbox, Passage, Summary
-
-
-@dataclass(frozen=True)
-class Scope:
-    tenant_id: int
-    agent_id: int
-
-
-async def enter_scope(session: AsyncSession, scope: Scope) -> None:
-    """For the rest of this transaction, the database shows only this member's rows.
-
-    Row-level security (migration 0006) is the second wall behind every query's own
-    filter: a query here that forgot its filter still cannot see another member's data.
-    """
-    await session.execute(
-        text("SELECT companion_enter(:tenant, :agent)"),
-        {"tenant": scope.tenant_id, "agent": scope.agent_id},
-    )
+from core.models import Agent, Block, Message, Passage, Reply, Summary
+from core.scope import Scope
 
 
 class AgentStore:
@@ -123,7 +106,7 @@ class AgentStore:
 
     async def add_outbox(self, text: str, event_id: int | None, now: datetime) -> None:
         self.session.add(
-            Outbox(
+            Reply(
                 tenant_id=self.scope.tenant_id,
                 agent_id=self.scope.agent_id,
                 event_id=event_id,

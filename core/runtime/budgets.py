@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.events import EventKind
 from core.models import Event, Usage
-from core.store import Scope
+from core.scope import Scope
 
 RATE_REPLY = (
     "You're writing faster than I can keep up with ({limit} messages per {window}). I've "

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from core.memory.tokens import PROMPT_OVERHEAD, TokenCounter, truncate_to_tokens
 from core.models import Block, Message
-from core.tokens import PROMPT_OVERHEAD, TokenCounter, truncate_to_tokens
 
 INSTRUCTIONS = """\
 You are a companion with long-term memory, talking with one person in a community chat.

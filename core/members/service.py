@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import CompanionError
+from core.members.portability import export_agent
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
-from core.portability import export_agent
-from core.schedule import replan
+from core.schedule.planning import replan
 
 
 class BadSetting(CompanionError):

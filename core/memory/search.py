@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.store import Scope
+from core.scope import Scope
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from core.config import EngineConfig
 from core.errors import ModelError
+from core.memory.tokens import TokenCounter, truncate_to_tokens
 from core.models import Message
 from core.ports import ChatModel
-from core.tokens import TokenCounter, truncate_to_tokens
 
 log = logging.getLogger(__name__)
 

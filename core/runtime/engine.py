@@ -28,17 +28,18 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.agent import Mind, Turn, TurnResult
-from core.budgets import over_limit, record_usage
-from core.delivery import Delivery, Send
-from core.directory import ensure_agent
-from core.documents import chunk_text, extract_text, store_document, upload_name
+from core.directory import ensure_agent, member_of
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, InboundEvent, trigger_fields
 from core.logcontext import bind
+from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.store import AgentStore
+from core.memory.turn import Mind, Turn, TurnResult
 from core.models import Agent, Event
-from core.schedule import after_event, member_of
-from core.store import AgentStore, Scope, enter_scope
+from core.runtime.budgets import over_limit, record_usage
+from core.runtime.outbox import Outbox, Send
+from core.schedule.planning import after_event
+from core.scope import Scope, enter_scope
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def _pending(scope: Scope, what: Any) -> Any:
     )
 
 
-class Engine(Delivery):
+class Engine:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
@@ -84,6 +85,7 @@ class Engine(Delivery):
         self.sessions = sessions
         self.mind = mind
         self.clock = clock
+        self.outbox = Outbox(sessions, clock)
         self._busy = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -181,9 +183,9 @@ class Engine(Delivery):
                 await store_document(store, name, chunks, self.clock(), self.mind.embedder)
         results = {r.event_id: r for r in await self.drain(scope)}
         if send is None:
-            replies = await self.take_replies(event_id) if new else []
+            replies = await self.outbox.take_replies(event_id) if new else []
         else:
-            replies = await self.deliver(event_id, send)
+            replies = await self.outbox.deliver(event_id, send)
         return Exchange(event_id, replies, results.get(event_id))
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
@@ -283,9 +285,9 @@ class Engine(Delivery):
         event_id = await self.submit(scope, event)
         results = {r.event_id: r for r in await self.drain(scope)}
         if send is None:
-            replies = await self.take_replies(event_id)
+            replies = await self.outbox.take_replies(event_id)
         else:
-            replies = await self.deliver(event_id, send)
+            replies = await self.outbox.deliver(event_id, send)
         return Exchange(event_id, replies, results.get(event_id))
 
     async def resume(self) -> int:

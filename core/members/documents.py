@@ -23,9 +23,9 @@ from pypdf.errors import PyPdfError
 
 from core.errors import CompanionError
 from core.events import clean_text
+from core.memory.store import AgentStore
+from core.memory.tokens import TokenCounter, split_tokens
 from core.ports import Embedder
-from core.store import AgentStore
-from core.tokens import TokenCounter, split_tokens
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from core.errors import ToolError
 from core.events import clean_text
+from core.memory.tools import TOOLS, ToolContext
 from core.ports import ToolCall
-from core.tools import TOOLS, ToolContext
 
 log = logging.getLogger(__name__)
 

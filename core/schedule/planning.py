@@ -1,9 +1,11 @@
-"""Scheduled interrupts in Postgres: planning, claiming, and one scheduler pass.
+"""Scheduled interrupts in Postgres: planning and claiming.
 
-    replan(session, agent, now, config)   after every event: when is this agent's next opener
-    claim_due(session, now, config)       take due agents (FOR UPDATE SKIP LOCKED) and store a
-                                          scheduled-interrupt event for each
-    tick(engine, now, deliver)            one pass: claim, let each agent think, deliver
+    after_event(agent, tenant, user, ...)  after every event: when is this agent's next opener
+    replan(session, agent, config)         the same, for a settings change outside a turn
+    claim_due(session, now, config)        take due agents (FOR UPDATE SKIP LOCKED) and store a
+                                           scheduled-interrupt event for each
+
+One scheduler pass that also runs the claimed agents is `core.runtime.tick`.
 
 What is due lives in the agents table, so several processes never open the same
 conversation twice (the claim skips rows another process holds, and the event's dedup key
@@ -12,20 +14,19 @@ names the agent and the due time) and a restart loses nothing.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.directory import member_of
 from core.events import EventKind, InboundEvent
 from core.models import Agent, Event, Tenant, User
-from core.openers import (
+from core.schedule.policy import (
     OpenerHistory,
     Plan,
     ScheduleConfig,
@@ -34,13 +35,7 @@ from core.openers import (
     next_opener,
     policy_for,
 )
-from core.store import Scope
-
-if TYPE_CHECKING:
-    from core.engine import Engine
-
-log = logging.getLogger(__name__)
-Deliver = Callable[[str, str, str], Awaitable[None]]  # (tenant key, user id, text)
+from core.scope import Scope
 
 OPENER = (
     "conversation opener: it is {local} for the person ({zone}); they last wrote {ago}. If "
@@ -65,30 +60,11 @@ class Claim:
     purpose: str  # "opener" | "upkeep"
 
 
-@dataclass
-class TickReport:
-    claimed: list[Claim] = field(default_factory=list)
-    sent: int = 0
-    silent: int = 0
-    undelivered: int = 0
-
-
 def _ago(then: datetime | None, now: datetime) -> str:
     if then is None:
         return "never"
     hours = (now - then).total_seconds() / 3600
     return f"{hours / 24:.0f} days ago" if hours >= 36 else f"{hours:.0f} hours ago"
-
-
-async def member_of(session: AsyncSession, agent: Agent) -> tuple[Tenant, User]:
-    row = (
-        await session.execute(
-            select(Tenant, User)
-            .join(User, User.tenant_id == Tenant.id)
-            .where(User.id == agent.user_id, Tenant.id == agent.tenant_id)
-        )
-    ).one()
-    return row[0], row[1]
 
 
 def plan_with(agent: Agent, tenant: Tenant, user: User, config: ScheduleConfig) -> Plan:
@@ -210,38 +186,3 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
         agent.next_upkeep_at = None
         claims.append(await _claim(session, agent, tenant, user, "upkeep", UPKEEP, key, now))
     return [claim for claim in claims if claim is not None]
-
-
-async def tick(engine: Engine, now: datetime, deliver: Deliver | None = None) -> TickReport:
-    """One scheduler pass at `now`: claim what is due, run each agent, deliver openers.
-
-    `deliver(tenant, user, text)` sends on the member's platform; without it (or when it
-    fails) an opener waits in the outbox and is shown the next time the member chats.
-    """
-    async with engine.sessions() as session, session.begin():
-        claims = await claim_due(session, now, engine.mind.config.schedule)
-    report = TickReport(claims)
-    for claim in claims:
-        await engine.drain(claim.scope)
-        if claim.purpose != "opener":
-            continue
-        waiting = await engine.undelivered(claim.event_id)
-        if not waiting:
-            report.silent += 1
-            continue
-        if deliver is None:
-            report.undelivered += 1
-            continue
-
-        async def send(text: str, claim: Claim = claim) -> None:
-            await deliver(claim.tenant, claim.user, text)
-
-        try:
-            await engine.deliver(claim.event_id, send)
-            report.sent += 1
-        except LookupError:  # no platform for this tenant: it waits for the member's next chat
-            report.undelivered += 1
-        except Exception:
-            log.exception("opener for agent %s could not be delivered", claim.scope.agent_id)
-            report.undelivered += 1
-    return report

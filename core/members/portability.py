@@ -17,11 +17,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.errors import CompanionError, ImportConflict
 from core.events import clean_text
+from core.memory.prompt import render
+from core.memory.store import AgentStore
+from core.memory.tokens import TokenCounter
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
 from core.ports import Embedder
-from core.prompt import render
-from core.store import AgentStore, Scope, enter_scope
-from core.tokens import TokenCounter
+from core.scope import Scope, enter_scope
 
 FORMAT = "companion-export"
 ROLES = ("user", "assistant", "tool", "system")

@@ -1,4 +1,4 @@
-"""Getting replies out: the outbox side of the engine.
+"""Getting replies out: the outbox, where a turn's replies wait until they are delivered.
 
     deliver(event_id, send)       send an event's replies, each locked while sent, marked after
     redeliver(older_than, route)  retry replies that did not go out (platform down, crash)
@@ -7,7 +7,7 @@
     take_waiting(scope)           take replies nobody took: openers for a terminal member,
                                   replies whose sender crashed
 
-`Engine` inherits these; they need only `sessions` and `clock`.
+The engine owns one `Outbox` (`engine.outbox`); front ends deliver through it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.events import EventKind
-from core.models import Agent, Event, Outbox, Tenant, User
-from core.store import Scope
+from core.models import Agent, Event, Reply, Tenant, User
+from core.scope import Scope
 
 log = logging.getLogger(__name__)
 Send = Callable[[str], Awaitable[None]]
@@ -30,9 +30,12 @@ RouteSend = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event m
 MAX_DELIVERY_ATTEMPTS = 10
 
 
-class Delivery:
-    sessions: async_sessionmaker[AsyncSession]
-    clock: Callable[[], datetime]
+class Outbox:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime]
+    ) -> None:
+        self.sessions = sessions
+        self.clock = clock
 
     async def deliver(self, event_id: int, send: Send) -> list[str]:
         """Send the event's undelivered replies in order, each marked delivered once sent.
@@ -45,13 +48,13 @@ class Delivery:
         while True:
             async with self.sessions() as session, session.begin():
                 reply = await session.scalar(
-                    select(Outbox)
+                    select(Reply)
                     .where(
-                        Outbox.event_id == event_id,
-                        Outbox.delivered_at.is_(None),
-                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
+                        Reply.event_id == event_id,
+                        Reply.delivered_at.is_(None),
+                        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
                     )
-                    .order_by(Outbox.id)
+                    .order_by(Reply.id)
                     .limit(1)
                     .with_for_update(skip_locked=True)
                 )
@@ -80,14 +83,14 @@ class Delivery:
             rows = (
                 await session.execute(
                     select(Event.id, Tenant.key, User.external_id, Event.payload)
-                    .join(Outbox, Outbox.event_id == Event.id)
+                    .join(Reply, Reply.event_id == Event.id)
                     .join(Agent, Agent.id == Event.agent_id)
                     .join(User, User.id == Agent.user_id)
                     .join(Tenant, Tenant.id == Event.tenant_id)
                     .where(
-                        Outbox.delivered_at.is_(None),
-                        Outbox.attempts < MAX_DELIVERY_ATTEMPTS,
-                        Outbox.created_at < cutoff,
+                        Reply.delivered_at.is_(None),
+                        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
+                        Reply.created_at < cutoff,
                         Tenant.key != "local",
                     )
                     .distinct()
@@ -107,9 +110,9 @@ class Delivery:
     async def undelivered(self, event_id: int) -> list[str]:
         async with self.sessions() as session:
             rows = await session.scalars(
-                select(Outbox.text)
-                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
-                .order_by(Outbox.id)
+                select(Reply.text)
+                .where(Reply.event_id == event_id, Reply.delivered_at.is_(None))
+                .order_by(Reply.id)
             )
             return list(rows)
 
@@ -117,10 +120,10 @@ class Delivery:
         """The undelivered replies to an event, marked delivered."""
         async with self.sessions() as session, session.begin():
             rows = await session.execute(
-                update(Outbox)
-                .where(Outbox.event_id == event_id, Outbox.delivered_at.is_(None))
+                update(Reply)
+                .where(Reply.event_id == event_id, Reply.delivered_at.is_(None))
                 .values(delivered_at=self.clock())
-                .returning(Outbox.id, Outbox.text)
+                .returning(Reply.id, Reply.text)
             )
             return [text for _, text in sorted(rows.all())]
 
@@ -137,14 +140,14 @@ class Delivery:
         )
         async with self.sessions() as session, session.begin():
             rows = await session.execute(
-                update(Outbox)
+                update(Reply)
                 .where(
-                    Outbox.tenant_id == scope.tenant_id,
-                    Outbox.agent_id == scope.agent_id,
-                    Outbox.delivered_at.is_(None),
-                    Outbox.event_id.in_(started) | (Outbox.created_at < self.clock() - stale),
+                    Reply.tenant_id == scope.tenant_id,
+                    Reply.agent_id == scope.agent_id,
+                    Reply.delivered_at.is_(None),
+                    Reply.event_id.in_(started) | (Reply.created_at < self.clock() - stale),
                 )
                 .values(delivered_at=self.clock())
-                .returning(Outbox.id, Outbox.text)
+                .returning(Reply.id, Reply.text)
             )
             return [text for _, text in sorted(rows.all())]

@@ -20,15 +20,15 @@ from typing import Any
 from core.config import EngineConfig
 from core.errors import ContextTooSmall, ModelOutputError
 from core.events import EventKind, clean_text, trigger_fields
-from core.executor import SCHEMAS, Outcome, execute
+from core.memory.executor import SCHEMAS, Outcome, execute
+from core.memory.prompt import INSTRUCTIONS, assemble, render
+from core.memory.queue import Pressure, evict_until, pressure
+from core.memory.store import AgentStore
+from core.memory.summarize import summarize
+from core.memory.tokens import TokenCounter
+from core.memory.tools import ToolContext
 from core.models import Agent, Event, Message, Summary
 from core.ports import ChatModel, Completion, Embedder, Metrics, NoMetrics, ToolCall
-from core.prompt import INSTRUCTIONS, assemble, render
-from core.queue import Pressure, evict_until, pressure
-from core.store import AgentStore
-from core.summarize import summarize
-from core.tokens import TokenCounter
-from core.tools import ToolContext
 
 MAX_ARGUMENT_CHARS = 8000
 PRESSURE_ALERT = (

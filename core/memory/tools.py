@@ -15,10 +15,10 @@ from datetime import date, datetime
 
 from core.config import EngineConfig
 from core.errors import EmbeddingError, ToolError
+from core.memory.search import Page, archival_search, recall_by_date, recall_search
+from core.memory.store import AgentStore
 from core.models import Block
 from core.ports import Embedder
-from core.search import Page, archival_search, recall_by_date, recall_search
-from core.store import AgentStore
 
 SNIPPET_CHARS = 400
 

@@ -1,0 +1,11 @@
+"""The MemGPT memory model: one agent turn, the main context and the storage behind it.
+
+turn.py       one turn: trigger message, then model -> functions until the chain ends
+prompt.py     pure assembly of the main context (instructions, blocks, summary, FIFO)
+queue.py      pure queue-manager decisions: pressure (ok / warn / flush), evict_until
+summarize.py  the recursive summary call
+tokens.py     offline token counting, calibrated by the provider's usage
+tools.py      the seven functions; executor.py runs the model's calls of them
+search.py     recall and archival search, paginated
+store.py      `AgentStore`: every read and write of one agent's rows
+"""

@@ -1,0 +1,28 @@
+"""Whose memory a transaction works on, and the database's wall around it.
+
+`Scope` (tenant id, agent id) names one member's agent; every member-scoped query filters
+on both. `enter_scope` is the second wall: for the rest of the transaction, row-level
+security (migration 0006) shows only that member's rows, even to a query that forgot its
+filter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+
+@dataclass(frozen=True)
+class Scope:
+    tenant_id: int
+    agent_id: int
+
+
+async def enter_scope(session: AsyncSession, scope: Scope) -> None:
+    """For the rest of this transaction, the database shows only this member's rows."""
+    await session.execute(
+        text("SELECT companion_enter(:tenant, :agent)"),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id},
+    )
