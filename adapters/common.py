@@ -33,6 +33,7 @@ WELCOME_EVENT = (
     "and invite them to say hello."
 )
 NOT_ADMIN = "Only community admins can do that."
+SORRY = "Sorry, something went wrong on my side; please try again in a moment."
 FORGET_DONE = "Done: everything I remembered about you is erased."
 FORGET_ASK = "This erases everything I remember about you, for good. Are you sure?"
 NOTHING_YET = "I don't have any memory of you yet. Say hello first!"
@@ -61,7 +62,3 @@ def memory_text(view: MemoryView | None) -> str:
 
 def export_bytes(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, ensure_ascii=False, indent=2).encode("utf-8")
-
-
-def strip_mention(text: str, bot_mention: str) -> str:
-    return text.replace(bot_mention, "").strip()

@@ -22,6 +22,7 @@ from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
+from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind, check_window
 from core.ports import ChatModel, Embedder
@@ -33,6 +34,7 @@ class App:
     settings: Settings
     sessions: async_sessionmaker[AsyncSession]
     engine: Engine
+    members: Members  # what members, admins and operators do with memory (audited)
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
@@ -81,4 +83,5 @@ async def open_app(
         metrics = PrometheusMetrics(sessions)
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
         engine = Engine(sessions, mind, clock) if clock else Engine(sessions, mind)
-        yield App(settings, sessions, engine, embedder, held_dim, metrics)
+        members = Members(sessions, config, engine.clock, embedder)
+        yield App(settings, sessions, engine, members, embedder, held_dim, metrics)

@@ -13,10 +13,10 @@ import socket
 import sys
 from typing import TextIO
 
-from core.events import EventKind, EventTooLarge, InboundEvent
-from core.memory.store import AgentStore
+from core.errors import EventTooLarge
+from core.events import EventKind, InboundEvent
+from core.members.service import Members
 from core.memory.turn import TurnResult
-from core.models import Event
 from core.runtime.engine import Engine
 from core.scope import Scope
 
@@ -42,12 +42,11 @@ def _trace(result: TurnResult | None, out: TextIO, color: bool) -> None:
         out.write(f"{dim}  [queue flushed {result.flushes}x: older messages summarised]{reset}\n")
 
 
-async def _show_memory(engine: Engine, scope: Scope, out: TextIO) -> None:
-    async with engine.sessions() as session:
-        blocks = await AgentStore(session, scope).blocks()
-    for block in blocks.values():
-        out.write(f"{BOLD}[{block.label}]{RESET} ({len(block.value)}/{block.char_limit})\n")
-        out.write(f"{block.value}\n")
+async def _show_memory(members: Members, tenant: str, user: str, out: TextIO) -> None:
+    view = await members.view(tenant, user)
+    for label, value, limit in view.blocks if view else []:
+        out.write(f"{BOLD}[{label}]{RESET} ({len(value)}/{limit})\n")
+        out.write(f"{value}\n")
 
 
 ORIGIN = f"{socket.gethostname()}:{os.getpid()}"
@@ -55,9 +54,7 @@ ORIGIN = f"{socket.gethostname()}:{os.getpid()}"
 
 async def _sender_alive(engine: Engine, event_id: int) -> bool:
     """Is the chat process that sent this event still running (on this machine)?"""
-    async with engine.sessions() as session:
-        event = await session.get(Event, event_id)
-    origin = str(((event.payload if event else {}).get("meta") or {}).get("origin", ""))
+    origin = str((await engine.outbox.meta_of(event_id)).get("origin", ""))
     host, _, pid = origin.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False
@@ -93,8 +90,15 @@ async def _say(
 
 
 async def run_chat(
-    engine: Engine, scope: Scope, who: str, verbose: bool, stdin: TextIO, stdout: TextIO
+    engine: Engine,
+    members: Members,
+    tenant: str,
+    user: str,
+    verbose: bool,
+    stdin: TextIO,
+    stdout: TextIO,
 ) -> None:
+    scope = await engine.agent(tenant, user, display_name=user)
     # Anything an earlier crash left behind goes first: pending events, and replies that
     # were written but never shown (also openers written while the member was away).
     waiting = []
@@ -113,7 +117,7 @@ async def run_chat(
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
-    stdout.write(f"{BOLD}Companion{RESET}: chatting as {who}. {HELP}\n")
+    stdout.write(f"{BOLD}Companion{RESET}: chatting as {user}@{tenant}. {HELP}\n")
     while True:
         try:
             text = await asyncio.to_thread(input, f"{BOLD}you>{RESET} ")
@@ -126,6 +130,6 @@ async def run_chat(
         if command == "/help":
             stdout.write(HELP + "\n")
         elif command == "/memory":
-            await _show_memory(engine, scope, stdout)
+            await _show_memory(members, tenant, user, stdout)
         elif text.strip():
             await _say(engine, scope, text, stdout, verbose, tty=True)

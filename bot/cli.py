@@ -32,9 +32,7 @@ from bot.observability import configure_logging, log_options
 from bot.operator import list_openers, parse_now, run_tick
 from bot.run import run
 from bot.settings import Settings
-from core.directory import ensure_agent, find_agent, reset_agent
-from core.errors import AgentNotFound, CompanionError, ConfigError
-from core.members.portability import BadExport, export_agent, import_agent
+from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 from core.members.reembed import reembed, set_dimension
 
 
@@ -86,17 +84,19 @@ def _parser() -> argparse.ArgumentParser:
 
 async def _chat(app: App, args: argparse.Namespace) -> int:
     user = args.user or getpass.getuser()
-    scope = await app.engine.agent(args.tenant, user, display_name=user)
-    await run_chat(app.engine, scope, f"{user}@{args.tenant}", args.verbose, sys.stdin, sys.stdout)
+    await run_chat(app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout)
     return 0
 
 
+def _operator() -> str:
+    """Who runs this command, as the audit log names them."""
+    return f"operator {getpass.getuser()}"
+
+
 async def _export(app: App, args: argparse.Namespace) -> int:
-    async with app.sessions() as session:
-        scope = await find_agent(session, args.tenant, args.user)
-        if scope is None:
-            raise AgentNotFound(args.tenant, args.user)
-        doc = await export_agent(session, scope)
+    doc = await app.members.admin_export(args.tenant, _operator(), args.user)
+    if doc is None:
+        raise AgentNotFound(args.tenant, args.user)
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     if args.output:
         try:
@@ -135,12 +135,9 @@ async def _import(app: App, args: argparse.Namespace) -> int:
     user = args.user or doc.get("user")
     if not tenant or not user:
         raise ConfigError("the export names no tenant or user; pass --tenant and --user")
-    config = app.engine.mind.config
-    async with app.sessions() as session, session.begin():
-        scope = await ensure_agent(session, str(tenant), str(user), config, doc.get("display_name"))
-        counts = await import_agent(
-            session, scope, doc, config, app.engine.clock(), app.embedder, args.replace
-        )
+    counts = await app.members.admin_import(
+        str(tenant), _operator(), str(user), doc, replace=args.replace
+    )
     print(
         f"imported {counts['messages']} messages, {counts['passages']} passages and "
         f"{counts['blocks']} blocks into {user}@{tenant}",
@@ -150,9 +147,7 @@ async def _import(app: App, args: argparse.Namespace) -> int:
 
 
 async def _reset(app: App, args: argparse.Namespace) -> int:
-    async with app.sessions() as session:
-        scope = await find_agent(session, args.tenant, args.user)
-    if scope is None:
+    if await app.members.view(args.tenant, args.user) is None:
         print(f"nothing to reset: no agent for {args.user}@{args.tenant}", file=sys.stderr)
         return 0
     if not args.yes:
@@ -162,8 +157,7 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
         if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
             print("not reset", file=sys.stderr)
             return 1
-    async with app.sessions() as session, session.begin():
-        await reset_agent(session, args.tenant, args.user, app.engine.mind.config)
+    await app.members.admin_reset(args.tenant, _operator(), args.user)
     print(f"erased all memory of {args.user}@{args.tenant}", file=sys.stderr)
     return 0
 

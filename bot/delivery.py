@@ -1,10 +1,10 @@
 """Where messages sent outside a live handler go: routed by the tenant's platform.
 
-`Router` maps tenant-key prefixes (`discord:`, `slack:`) to a platform's DM sender (for
-openers: `router(tenant, user, text)`) and reply route (for retried replies:
-`router.route(tenant, user, meta)`, back where the member wrote). A tenant with no
-configured platform (e.g. `local`, the terminal) raises LookupError: its openers wait in the
-outbox and show the next time the member chats.
+`Router` is the engine's `Platforms` port: it maps tenant-key prefixes (`discord:`,
+`slack:`) to a platform's DM sender (openers: `router.direct(tenant, user)`) and reply route
+(retried replies: `router.reply_route(tenant, user, meta)`, back where the member wrote). A
+tenant with no configured platform (e.g. `local`, the terminal) raises `NoPlatform`: its
+openers wait in the outbox and show the next time the member chats.
 """
 
 from __future__ import annotations
@@ -14,34 +14,39 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from bot.settings import Settings
+from core.errors import NoPlatform
+from core.ports import Send
 
-Send = Callable[[str, str, str], Awaitable[None]]
-ReplyRoute = Callable[[str, str, dict[str, Any]], Callable[[str], Awaitable[None]]]
+DmSender = Callable[[str, str, str], Awaitable[None]]  # (tenant, user, text): a platform's DM
+ReplyRoute = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event meta) -> send
 
 
 class Router:
+    """`core.ports.Platforms` over the configured platforms, chosen by tenant-key prefix."""
+
     def __init__(self) -> None:
-        self.routes: dict[str, Send] = {}
+        self.dms: dict[str, DmSender] = {}
         self.replies: dict[str, ReplyRoute] = {}
 
-    def add(self, platform: str, send: Send, reply: ReplyRoute) -> None:
-        self.routes[platform] = send
+    def add(self, platform: str, dm: DmSender, reply: ReplyRoute) -> None:
+        self.dms[platform] = dm
         self.replies[platform] = reply
 
-    def route(
-        self, tenant: str, user: str, meta: dict[str, Any]
-    ) -> Callable[[str], Awaitable[None]]:
+    def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Send:
         reply = self.replies.get(tenant.split(":", 1)[0])
         if reply is None:
-            raise LookupError(f"no platform configured for tenant {tenant!r}")
+            raise NoPlatform(tenant)
         return reply(tenant, user, meta)
 
-    async def __call__(self, tenant: str, user: str, text: str) -> None:
-        platform = tenant.split(":", 1)[0]
-        send = self.routes.get(platform)
-        if send is None:
-            raise LookupError(f"no platform configured for tenant {tenant!r}")
-        await send(tenant, user, text)
+    def direct(self, tenant: str, user: str) -> Send:
+        dm = self.dms.get(tenant.split(":", 1)[0])
+        if dm is None:
+            raise NoPlatform(tenant)
+
+        async def send(text: str) -> None:
+            await dm(tenant, user, text)
+
+        return send
 
 
 @asynccontextmanager

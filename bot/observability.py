@@ -20,15 +20,18 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import Counter as Counter_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import ConfigError
+from core.events import EventStatus
 from core.logcontext import current
 from core.models import Event, Reply
+from core.ports import Counter, Timer
 
 log = logging.getLogger(__name__)
 IDS = ("tenant_id", "agent_id", "event_id")
@@ -142,19 +145,19 @@ def configure_logging(level: int | str, json: bool) -> logging.Handler:
 # --- metrics ---------------------------------------------------------------------------------
 
 SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
-# name in core.ports -> (help, label names); exported with the `companion_` prefix
-COUNTERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "events_total": ("Events handled, by kind and outcome", ("kind", "status")),
-    "errors_total": ("Turns that failed: the model endpoint, or the engine", ("kind",)),
-    "flushes_total": ("Queue flushes: oldest messages summarised out of the prompt", ()),
-    "warnings_total": ("Memory-pressure warnings given to agents", ()),
-    "prompt_tokens_total": ("Prompt tokens sent to the model", ()),
-    "completion_tokens_total": ("Completion tokens received from the model", ()),
-    "limited_total": ("Events refused by a rate limit or token budget", ("reason",)),
+# (help, label names) of every metric the engine reports; exported with the `companion_` prefix
+COUNTERS: dict[Counter, tuple[str, tuple[str, ...]]] = {
+    Counter.EVENTS: ("Events handled, by kind and outcome", ("kind", "status")),
+    Counter.ERRORS: ("Turns that failed: the model endpoint, or the engine", ("kind",)),
+    Counter.FLUSHES: ("Queue flushes: oldest messages summarised out of the prompt", ()),
+    Counter.WARNINGS: ("Memory-pressure warnings given to agents", ()),
+    Counter.PROMPT_TOKENS: ("Prompt tokens sent to the model", ()),
+    Counter.COMPLETION_TOKENS: ("Completion tokens received from the model", ()),
+    Counter.LIMITED: ("Events refused by a rate limit or token budget", ("reason",)),
 }
-HISTOGRAMS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "model_seconds": ("Duration of one chat-model call", ()),
-    "turn_seconds": ("Duration of handling one event", ()),
+TIMERS: dict[Timer, tuple[str, tuple[str, ...]]] = {
+    Timer.MODEL: ("Duration of one chat-model call", ()),
+    Timer.TURN: ("Duration of handling one event", ()),
 }
 QUEUE_TIMEOUT = 2.0
 
@@ -179,44 +182,49 @@ class _QueueDepth(Collector):
 class PrometheusMetrics:
     """The engine's `Metrics` port as Prometheus counters and histograms.
 
-    Names not in the tables above still work: a name is created on first use with the
-    labels it came with. A metric used with other labels than it has is dropped (and
-    logged at DEBUG): reporting never breaks a turn.
+    Every `Counter` and `Timer` of `core.ports` is created up front (a missing description
+    fails at start, not at the first event). A metric reported with labels it was not
+    declared with is dropped and logged: reporting never breaks a turn.
     """
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
         self.sessions = sessions
         self.registry = CollectorRegistry()
-        self._counters = {name: self._counter(name, *spec) for name, spec in COUNTERS.items()}
-        self._histograms = {name: self._histogram(name, *spec) for name, spec in HISTOGRAMS.items()}
+        self._counters = {
+            metric: Counter_(
+                f"companion_{metric}",
+                COUNTERS[metric][0],
+                list(COUNTERS[metric][1]),
+                registry=self.registry,
+            )
+            for metric in Counter
+        }
+        self._timers = {
+            metric: Histogram(
+                f"companion_{metric}",
+                TIMERS[metric][0],
+                list(TIMERS[metric][1]),
+                registry=self.registry,
+                buckets=SECONDS,
+            )
+            for metric in Timer
+        }
         self._queues = _QueueDepth()
         self.registry.register(self._queues)
 
-    def _counter(self, name: str, help: str, labels: Iterable[str]) -> Counter:
-        return Counter(f"companion_{name}", help, list(labels), registry=self.registry)
-
-    def _histogram(self, name: str, help: str, labels: Iterable[str]) -> Histogram:
-        return Histogram(
-            f"companion_{name}", help, list(labels), registry=self.registry, buckets=SECONDS
-        )
-
-    def count(self, name: str, amount: float = 1, **labels: str) -> None:
+    def count(self, metric: Counter, amount: float = 1, **labels: str) -> None:
+        counter = self._counters[metric]
         try:
-            if name not in self._counters:
-                self._counters[name] = self._counter(name, name, sorted(labels))
-            counter = self._counters[name]
             (counter.labels(**labels) if labels else counter).inc(amount)
         except ValueError as error:
-            log.debug("metric %s dropped: %s", name, error)
+            log.warning("metric %s dropped: %s", metric, error)
 
-    def observe(self, name: str, value: float, **labels: str) -> None:
+    def observe(self, metric: Timer, seconds: float, **labels: str) -> None:
+        histogram = self._timers[metric]
         try:
-            if name not in self._histograms:
-                self._histograms[name] = self._histogram(name, name, sorted(labels))
-            histogram = self._histograms[name]
-            (histogram.labels(**labels) if labels else histogram).observe(value)
+            (histogram.labels(**labels) if labels else histogram).observe(seconds)
         except ValueError as error:
-            log.debug("metric %s dropped: %s", name, error)
+            log.warning("metric %s dropped: %s", metric, error)
 
     async def measure_queues(self) -> None:
         """Count pending events and undelivered replies (at most QUEUE_TIMEOUT seconds)."""
@@ -225,7 +233,9 @@ class PrometheusMetrics:
         try:
             async with asyncio.timeout(QUEUE_TIMEOUT), self.sessions() as session:
                 events = await session.scalar(
-                    select(func.count()).select_from(Event).where(Event.status == "pending")
+                    select(func.count())
+                    .select_from(Event)
+                    .where(Event.status == EventStatus.PENDING)
                 )
                 outbox = await session.scalar(
                     select(func.count()).select_from(Reply).where(Reply.delivered_at.is_(None))

@@ -9,14 +9,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import select
-
 from bot.app import App
 from bot.delivery import rest_router
 from core.errors import ConfigError
-from core.models import Agent, Tenant, User
 from core.runtime.tick import tick
-from core.schedule.planning import plan_for
 
 
 def parse_now(text: str | None) -> datetime:
@@ -32,27 +28,15 @@ def parse_now(text: str | None) -> datetime:
 
 
 async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
-    config = app.engine.mind.config.schedule
-    async with app.sessions() as session:
-        query = (
-            select(Agent, Tenant.key, User.external_id, User.timezone)
-            .join(User, User.id == Agent.user_id)
-            .join(Tenant, Tenant.id == Agent.tenant_id)
-            .where(Agent.next_opener_at.is_not(None))
-            .order_by(Agent.next_opener_at)
+    lines = []
+    for opener in await app.members.scheduled_openers(now, due_only):
+        at, zone = opener.at, opener.timezone
+        local = at.astimezone(ZoneInfo(zone)).strftime("%a %Y-%m-%d %H:%M")
+        state = "due" if at <= now else "scheduled"
+        lines.append(
+            f"{opener.tenant}\t{opener.user}\t{at:%Y-%m-%d %H:%M}Z\t{local} {zone}\t{state}\t"
+            f"{opener.why}"
         )
-        if due_only:
-            query = query.where(Agent.next_opener_at <= now)
-        rows = (await session.execute(query)).all()
-        lines = []
-        for agent, tenant, user, zone in rows:
-            plan = await plan_for(session, agent, config)
-            at = agent.next_opener_at
-            local = at.astimezone(ZoneInfo(zone)).strftime("%a %Y-%m-%d %H:%M")
-            state = "due" if at <= now else "scheduled"
-            lines.append(
-                f"{tenant}\t{user}\t{at:%Y-%m-%d %H:%M}Z\t{local} {zone}\t{state}\t{plan.why}"
-            )
     return lines
 
 

@@ -30,7 +30,6 @@ from adapters.common import Services
 from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, add_health_routes, serving
-from core.members.service import Members
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
     )
 
     async def redelivery() -> None:
-        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER, router.route)
+        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER, router)
         if done or failing:
             log.info("redelivered replies of %d events, %d still failing", done, failing)
 
@@ -161,8 +160,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    members = Members(app.sessions, app.engine.mind.config, app.engine.clock)
-    services = Services(app.engine, members, settings.admin_ids, settings.welcome)
+    services = Services(app.engine, app.members, settings.admin_ids, settings.welcome)
     resumed = await app.engine.resume()
     if resumed:
         log.info("resumed pending events of %d agents", resumed)

@@ -1,16 +1,26 @@
-"""The error tree of the engine.
+"""Every error Companion raises on purpose, in one tree.
 
     CompanionError
-    ├── ConfigError            a setting is missing or wrong (user-facing, one line)
+    ├── ConfigError            a setting is missing or wrong (for the operator, one line)
     ├── ModelError             the model endpoint failed for good (after retries)
-    │   └── ModelOutputError   it answered, but with something unusable
+    │   ├── ModelOutputError   it answered, but with something unusable
+    │   └── PromptTooLong      it refused the prompt as longer than its context window
     ├── EmbeddingError         the embedding endpoint failed or gave the wrong dimension
     ├── ToolError              a function call the model made cannot run; fed back to the model
     ├── ContextTooSmall        the fixed part of the prompt cannot fit the context window
     ├── AgentNotFound          no agent for that (tenant, user)
-    └── ImportConflict         importing into an agent that already has memory
+    ├── NoPlatform             no platform is configured for a tenant: its messages wait
+    └── Refused                bad input from a person: the message says why, nothing changed
+        ├── EventTooLarge      a message over the size limit
+        ├── UploadRejected     a file of the wrong type or size, or unreadable
+        ├── BadSetting         a member's setting we cannot use (quiet hours, time zone)
+        ├── BadExport          a file that is not a Companion export, or is damaged
+        └── ImportConflict     importing into an agent that already has memory
 
-Every error carries the ids involved; `str(error)` is a sentence fit for an operator.
+Every error carries the ids involved; `str(error)` is a sentence fit for the person who
+caused it (a `Refused` for the member or operator; the others for the operator's log).
+Edges catch them: the adapters answer a `Refused` with its text, the CLI prints any
+`CompanionError` as one line.
 """
 
 from __future__ import annotations
@@ -32,6 +42,10 @@ class ModelOutputError(ModelError):
     """The chat model answered with something the engine cannot use."""
 
 
+class PromptTooLong(ModelError):
+    """The provider refused the prompt as longer than its context window."""
+
+
 class EmbeddingError(CompanionError):
     """The embedding model failed or returned vectors of the wrong size."""
 
@@ -51,7 +65,41 @@ class AgentNotFound(CompanionError):
         self.user = user
 
 
-class ImportConflict(CompanionError):
+class NoPlatform(CompanionError):
+    """No platform serves this tenant here (e.g. the terminal's `local`): messages wait."""
+
+    def __init__(self, tenant: str) -> None:
+        super().__init__(f"no platform configured for tenant {tenant!r}")
+        self.tenant = tenant
+
+
+class Refused(CompanionError):
+    """Input a person gave that we will not take; the message tells them why."""
+
+
+class EventTooLarge(Refused):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"that message has {size:,} characters; the most I can take at once is "
+            f"{limit:,}. Send it as a file, or in parts."
+        )
+        self.size = size
+        self.limit = limit
+
+
+class UploadRejected(Refused):
+    """A file the bot will not store; the message is for the member."""
+
+
+class BadSetting(Refused):
+    """A member typed a setting we cannot use; the message says what would work."""
+
+
+class BadExport(Refused):
+    """The file is not a Companion export, or is damaged."""
+
+
+class ImportConflict(Refused):
     def __init__(self, agent_id: int, messages: int) -> None:
         super().__init__(
             f"agent {agent_id} already has {messages} messages; reset it first or pass --replace"

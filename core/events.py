@@ -1,7 +1,7 @@
 """Inbound events: the only thing that makes an agent think.
 
 Adapters build an `InboundEvent` (a frozen value, nothing platform-shaped) and hand it to
-`Engine.submit`, which stores it before any model call. `trigger_message` is how each kind
+`Engine.submit`, which stores it before any model call. `trigger_fields` is how each kind
 of event enters the agent's FIFO queue.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from core.errors import CompanionError
+from core.errors import EventTooLarge
 
 MAX_EVENT_CHARS = 200_000
 
@@ -23,13 +23,11 @@ class EventKind(StrEnum):
     SCHEDULED = "scheduled"
 
 
-class EventTooLarge(CompanionError):
-    def __init__(self, size: int) -> None:
-        super().__init__(
-            f"that message has {size:,} characters; the most I can take at once is "
-            f"{MAX_EVENT_CHARS:,}. Send it as a file, or in parts."
-        )
-        self.size = size
+class EventStatus(StrEnum):
+    PENDING = "pending"  # stored, not handled yet (or its turn was cut off by a crash)
+    DONE = "done"  # the agent handled it
+    FAILED = "failed"  # the model or the engine failed; the member got an apology
+    LIMITED = "limited"  # over a rate limit or token budget: answered without a model call
 
 
 def clean_text(text: str) -> str:
@@ -47,7 +45,7 @@ class InboundEvent:
 
     def payload(self) -> dict[str, Any]:
         if len(self.text) > MAX_EVENT_CHARS:
-            raise EventTooLarge(len(self.text))
+            raise EventTooLarge(len(self.text), MAX_EVENT_CHARS)
         return {"text": clean_text(self.text), "meta": self.meta}
 
 

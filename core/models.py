@@ -166,7 +166,7 @@ class Event(Base):
     kind: Mapped[str] = mapped_column(String)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
     dedup_key: Mapped[str | None] = mapped_column(String)
-    status: Mapped[str] = mapped_column(String, default="pending")  # pending | done | failed
+    status: Mapped[str] = mapped_column(String, default="pending")  # core.events.EventStatus
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     processed_at: Mapped[datetime | None] = mapped_column(TS)

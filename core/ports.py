@@ -1,21 +1,23 @@
-"""The engine's ports to the outside world: a chat model, an embedder, and metrics.
+"""The engine's ports to the outside world. Small on purpose.
 
-Small on purpose. `core.llm` implements the first two over the `openai` client; tests
-point that client at a local fake server that speaks the OpenAI wire format. `Metrics` is
-how the engine reports what it does (`bot.observability` exports it to Prometheus):
+    ChatModel.complete     one chat completion (core.llm: over the `openai` client)
+    Embedder.embed         vectors for texts
+    Metrics.count/observe  what the engine reports (bot.observability: Prometheus)
+    Platforms              where messages go when no live handler waits for them
+    Send                   one reply text, to where it belongs
 
-    count("events_total", kind=..., status=...)      one per handled event
-    count("errors_total", kind="model" | "internal")
-    count("flushes_total"), count("warnings_total")
-    count("prompt_tokens_total", n), count("completion_tokens_total", n)
-    count("limited_total", reason="rate" | "budget")
-    observe("model_seconds", s), observe("turn_seconds", s)
+Tests point the `openai` client at a local fake server that speaks the OpenAI wire format.
+Metric names are enums, so a name the exporter does not know cannot be written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol
+
+Send = Callable[[str], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -46,17 +48,52 @@ class Embedder(Protocol):
     async def embed(self, texts: list[str]) -> list[list[float]]: ...
 
 
-class Metrics(Protocol):
-    def count(self, name: str, amount: float = 1, **labels: str) -> None: ...
+class Counter(StrEnum):
+    """Counters the engine increments (labels in brackets)."""
 
-    def observe(self, name: str, value: float, **labels: str) -> None: ...
+    EVENTS = "events_total"  # [kind, status] one per handled event
+    ERRORS = "errors_total"  # [kind: model | internal]
+    FLUSHES = "flushes_total"
+    WARNINGS = "warnings_total"
+    PROMPT_TOKENS = "prompt_tokens_total"
+    COMPLETION_TOKENS = "completion_tokens_total"
+    LIMITED = "limited_total"  # [reason: rate | budget]
+
+
+class Timer(StrEnum):
+    """Durations the engine observes, in seconds."""
+
+    MODEL = "model_seconds"  # one chat-model call
+    TURN = "turn_seconds"  # handling one event
+
+
+class Metrics(Protocol):
+    def count(self, metric: Counter, amount: float = 1, **labels: str) -> None: ...
+
+    def observe(self, metric: Timer, seconds: float, **labels: str) -> None: ...
 
 
 class NoMetrics:
     """Metrics that go nowhere: the default."""
 
-    def count(self, name: str, amount: float = 1, **labels: str) -> None:
+    def count(self, metric: Counter, amount: float = 1, **labels: str) -> None:
         pass
 
-    def observe(self, name: str, value: float, **labels: str) -> None:
+    def observe(self, metric: Timer, seconds: float, **labels: str) -> None:
         pass
+
+
+class Platforms(Protocol):
+    """The member's own platform, for messages no live handler is waiting to send.
+
+    Both raise `core.errors.NoPlatform` for a tenant that no configured platform serves
+    (the terminal's `local`): such messages wait in the outbox for the member's next chat.
+    """
+
+    def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Send:
+        """Back where the member wrote (from the event's meta): for retried replies."""
+        ...
+
+    def direct(self, tenant: str, user: str) -> Send:
+        """A direct message to the member: for openers."""
+        ...

@@ -23,6 +23,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from bot.app import open_app
 from bot.settings import Settings
@@ -63,10 +64,23 @@ async def talk(engine: Engine, text: str) -> None:
     await engine.outbox.deliver(event_id, member_sees())
 
 
+class Everywhere:
+    """A `Platforms` that sends every retried reply to the one member of these runs."""
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+
+    def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Any:
+        return self.send
+
+    def direct(self, tenant: str, user: str) -> Any:
+        return self.send
+
+
 async def restart(engine: Engine) -> None:
     send = member_sees()
     resumed = await engine.resume()
-    delivered, failing = await engine.outbox.redeliver(timedelta(0), lambda *_: send)
+    delivered, failing = await engine.outbox.redeliver(timedelta(0), Everywhere(send))
     print(f"resumed {resumed} agent(s); delivered {delivered} event(s), {failing} failing")
 
 

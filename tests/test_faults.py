@@ -54,6 +54,7 @@ from tests.fake_openai import (
     say,
     summary_of,
 )
+from tests.fault_driver import Everywhere
 
 DRIVER = ["-m", "tests.fault_driver"]
 TIMEOUT = 60  # seconds for one driver run, or for it to reach its kill point
@@ -430,7 +431,7 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
         # `Engine.resume` (at the next start, and every few minutes in `companion run`; or the
         # next drain of her agent) handles alice's event; the redelivery sweep sends the reply.
         assert await engine.resume() == 1
-        assert await engine.outbox.redeliver(timedelta(0), lambda *_: send_to("alice")) == (1, 0)
+        assert await engine.outbox.redeliver(timedelta(0), Everywhere(send_to("alice"))) == (1, 0)
         await engine.converse(alice, message("after the restart"), send_to("alice"))
 
         assert seen == {

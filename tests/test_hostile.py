@@ -35,16 +35,17 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 import adapters.slack.events as slack_events
 import core.members.documents as documents
-from adapters.common import FORGET_ASK, NOT_ADMIN, NOTHING_YET, Services
+from adapters.common import FORGET_ASK, NOT_ADMIN, NOTHING_YET, SORRY, Services
 from adapters.discord import build_discord_client
-from adapters.discord.messages import DISCORD_LIMIT, SORRY
+from adapters.discord.messages import DISCORD_LIMIT
 from adapters.slack import build_slack_app
 from adapters.slack.commands import RESET
 from bot.database import make_engine, migrate
 from core.config import EngineConfig
-from core.events import MAX_EVENT_CHARS, EventKind, EventTooLarge, InboundEvent, clean_text
+from core.errors import EventTooLarge, UploadRejected
+from core.events import MAX_EVENT_CHARS, EventKind, InboundEvent, clean_text
 from core.llm import OpenAIChat
-from core.members.documents import MAX_UPLOAD_BYTES, UploadRejected, chunk_text
+from core.members.documents import MAX_UPLOAD_BYTES, chunk_text
 from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import STEP_CAP_REPLY, Mind
@@ -523,7 +524,7 @@ async def test_slack_message_over_the_size_limit_gets_the_refusal(slack, model, 
     status, posts = await slack_dispatch(slack, slack_message(member_id, big, "D8"))
     assert model.requests == []
     texts = slack_texts(posts)
-    assert any(str(EventTooLarge(len(big))) in t for t in texts), texts
+    assert any(str(EventTooLarge(len(big), MAX_EVENT_CHARS)) in t for t in texts), texts
 
 
 async def test_slack_reply_cannot_broadcast(slack, model):
@@ -720,7 +721,9 @@ async def test_discord_message_over_the_size_limit_gets_the_refusal(dc, model):
     big = "z" * (MAX_EVENT_CHARS + 1)
     posted = await discord_post(dc, big)
     assert model.requests == []
-    assert posted.texts and str(EventTooLarge(len(big))) in posted.texts[0], posted.texts
+    assert posted.texts and str(EventTooLarge(len(big), MAX_EVENT_CHARS)) in posted.texts[0], (
+        posted.texts
+    )
 
 
 # =============================================================================================

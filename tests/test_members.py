@@ -4,8 +4,9 @@ import pytest
 from sqlalchemy import func, select
 
 from core.config import EngineConfig
+from core.errors import BadSetting
 from core.events import EventKind, InboundEvent
-from core.members.service import BadSetting, Members, parse_quiet_hours
+from core.members.service import Members, parse_quiet_hours
 from core.models import Agent, Event, Message, User
 
 

@@ -46,12 +46,20 @@ def brain(body):
     return say("hello!")
 
 
-class Reply:
+class Platform:
+    """The member's platform as the scheduler sees it: records every direct message."""
+
     def __init__(self):
         self.sent = []
 
-    async def __call__(self, tenant, user, text):
-        self.sent.append((tenant, user, text))
+    def direct(self, tenant, user):
+        async def send(text):
+            self.sent.append((tenant, user, text))
+
+        return send
+
+    def reply_route(self, tenant, user, meta):
+        return self.direct(tenant, user)
 
 
 async def chat(engine, user, text, tenant="discord:1"):
@@ -71,19 +79,19 @@ async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sess
     scope = await chat(engine, "ana", "remember that I am flying to Lisbon on Friday")
     due = await next_opener_at(sessions, scope)
     assert T0 + timedelta(days=3) <= due <= T0 + timedelta(days=3, hours=6)
-    outbox = Reply()
-    assert (await tick(engine, T0 + timedelta(days=1), outbox)).claimed == []
+    platform = Platform()
+    assert (await tick(engine, T0 + timedelta(days=1), platform)).claimed == []
     clock.now = due + timedelta(minutes=1)
-    report = await tick(engine, clock.now, outbox)
+    report = await tick(engine, clock.now, platform)
     assert [c.purpose for c in report.claimed] == ["opener"] and report.sent == 1
-    assert outbox.sent == [("discord:1", "ana", "How was the trip to Lisbon?")]
+    assert platform.sent == [("discord:1", "ana", "How was the trip to Lisbon?")]
     request = fake.chat_requests[-1]
     assert "I am flying to Lisbon on Friday" in request["messages"][0]["content"]
     interrupt = request["messages"][-1]["content"]
     assert "Thursday 05 March" in interrupt and "3 days ago" in interrupt
     # The unanswered cap (1): nothing more until ana writes again.
     clock.now += timedelta(days=10)
-    assert (await tick(engine, clock.now, outbox)).claimed == []
+    assert (await tick(engine, clock.now, platform)).claimed == []
     await chat(engine, "ana", "back home now!")
     assert await next_opener_at(sessions, scope) > clock.now
 
@@ -93,9 +101,9 @@ async def test_an_agent_with_nothing_to_say_stays_silent(engine, fake, clock, se
     clock.now = T0
     scope = await chat(engine, "bo", "hi")
     clock.now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    outbox = Reply()
-    report = await tick(engine, clock.now, outbox)
-    assert report.silent == 1 and outbox.sent == []
+    platform = Platform()
+    report = await tick(engine, clock.now, platform)
+    assert report.silent == 1 and platform.sent == []
     async with sessions() as session:
         agent = await session.get(Agent, scope.agent_id)
     assert agent.openers_unanswered == 0 and agent.next_opener_at is not None
@@ -110,7 +118,7 @@ async def test_opt_out_takes_effect_at_once(engine, fake, clock, sessions):
     await members.settings("discord:1", "cy", openers=False)
     assert await next_opener_at(sessions, scope) is None
     before = len(fake.requests)
-    assert (await tick(engine, due + timedelta(hours=1), Reply())).claimed == []
+    assert (await tick(engine, due + timedelta(hours=1), Platform())).claimed == []
     assert len(fake.requests) == before
     await members.settings("discord:1", "cy", openers=True)
     assert await next_opener_at(sessions, scope) == due
@@ -135,10 +143,10 @@ async def test_two_processes_claiming_at_once_send_one_opener(
     clock.now = T0
     scope = await chat(first, "eve", "remember that Lisbon is my home town")
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    outbox = Reply()
-    reports = await asyncio.gather(*(tick(e, now, outbox) for e in (first, second, first)))
+    platform = Platform()
+    reports = await asyncio.gather(*(tick(e, now, platform) for e in (first, second, first)))
     assert sum(len(r.claimed) for r in reports) == 1
-    assert len(outbox.sent) == 1
+    assert len(platform.sent) == 1
     openers = [b for b in fake.chat_requests if "conversation opener" in str(b["messages"][-1])]
     assert len(openers) == 1
 
@@ -148,16 +156,16 @@ async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessio
     clock.now = T0
     for i in range(12):
         await chat(engine, f"m{i}", "remember that I love Lisbon")
-    outbox = Reply()
+    platform = Platform()
     restart = T0 + timedelta(days=6)  # the bot was down while all of them fell due
-    first = await tick(engine, restart, outbox)
-    assert first.claimed == [] and outbox.sent == []
+    first = await tick(engine, restart, platform)
+    assert first.claimed == [] and platform.sent == []
     moments = restart
     for _ in range(20):  # a tick every 15 minutes for five hours
         moments += timedelta(minutes=15)
         clock.now = moments
-        await tick(engine, moments, outbox)
-    users = [user for _, user, _ in outbox.sent]
+        await tick(engine, moments, platform)
+    users = [user for _, user, _ in platform.sent]
     assert sorted(users) == sorted(f"m{i}" for i in range(12)), "each exactly once"
     async with sessions() as session:
         left = await session.scalar(
@@ -188,10 +196,10 @@ async def test_upkeep_runs_when_idle_and_cannot_message(make_engine_for, fake, c
     engine = make_engine_for(config)
     clock.now = T0
     await chat(engine, "gus", "hello")
-    outbox = Reply()
-    report = await tick(engine, T0 + timedelta(hours=2, minutes=1), outbox)
+    platform = Platform()
+    report = await tick(engine, T0 + timedelta(hours=2, minutes=1), platform)
     assert [c.purpose for c in report.claimed] == ["upkeep"]
-    assert outbox.sent == [] and await engine.outbox.undelivered(report.claimed[0].event_id) == []
+    assert platform.sent == [] and await engine.outbox.undelivered(report.claimed[0].event_id) == []
     tool_results = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "tool"]
     assert any("cannot message" in r for r in tool_results)
     steps = [b for b in fake.chat_requests if "memory upkeep" in str(b["messages"])]

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import func, select
 
 from core.directory import ensure_agent
-from core.errors import ImportConflict
+from core.errors import BadExport, ImportConflict
 from core.events import EventKind, InboundEvent
-from core.members.portability import BadExport, export_agent, import_agent
+from core.members.portability import export_agent, import_agent
 from core.memory.store import AgentStore
 from core.models import Message, Passage
 from tests.conftest import Run, cli_env, companion

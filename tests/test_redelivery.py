@@ -50,13 +50,13 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
     assert "service_unavailable" in row.last_error
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (
         0,
         1,
     )  # still down
     del api.fail_methods["chat.postMessage"]
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (1, 0)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router.route) == (0, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (0, 0)
     delivered = [c for c in api.called("chat.postMessage") if "are you there" in c["text"]]
     assert len(delivered) == 3  # two failed tries, then the one that went out
     assert delivered[-1]["channel"] == "C5" and delivered[-1]["thread_ts"] == "1700000009.000300"
@@ -71,7 +71,7 @@ async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
     await dispatch(app, message(text="hello"))
     for _ in range(12):
         clock.advance(minutes=1)
-        await engine.outbox.redeliver(timedelta(seconds=30), router.route)
+        await engine.outbox.redeliver(timedelta(seconds=30), router)
     async with sessions() as session:
         row = await session.scalar(select(Reply))
     assert row.attempts == 10 and row.delivered_at is None

@@ -16,12 +16,11 @@ import logging
 
 import discord
 
-from adapters.common import WELCOME_EVENT, Services
+from adapters.common import SORRY, WELCOME_EVENT, Services
 from adapters.discord.commands import CommandState, CompanionTree, add_commands
 from adapters.discord.messages import (
     CHAT_TYPES,
     DISCORD_LIMIT,
-    SORRY,
     addressed_to,
     guild_id_of,
     handle_message,

@@ -34,13 +34,14 @@ from adapters.common import (
     FORGET_DONE,
     NOT_ADMIN,
     NOTHING_YET,
+    SORRY,
     Services,
     export_bytes,
     memory_text,
 )
-from adapters.discord.messages import DISCORD_LIMIT, SORRY
+from adapters.discord.messages import DISCORD_LIMIT
 from adapters.text import split_message
-from core.members.service import BadSetting
+from core.errors import BadSetting
 
 log = logging.getLogger(__name__)
 

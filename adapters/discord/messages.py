@@ -23,15 +23,15 @@ import discord
 
 from adapters.common import Services
 from adapters.text import split_message
-from core.events import EventKind, EventTooLarge, InboundEvent
-from core.members.documents import UploadRejected, check_upload
+from core.errors import EventTooLarge, UploadRejected
+from core.events import EventKind, InboundEvent
+from core.members.documents import check_upload
 from core.scope import Scope
 
 log = logging.getLogger(__name__)
 
 DISCORD_LIMIT = 2000
 CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply)
-SORRY = "Sorry, something went wrong on my side; please try again in a moment."
 DOWNLOAD_FAILED = "I couldn't download {name} from Discord; please try sending it again."
 
 

@@ -27,8 +27,9 @@ from adapters.common import (
     export_bytes,
     memory_text,
 )
+from adapters.slack.events import tenant_key
 from adapters.text import to_slack_mrkdwn
-from core.members.service import BadSetting
+from core.errors import BadSetting
 
 FORGET = "companion_forget_confirm"
 RESET = "companion_admin_reset_confirm"
@@ -117,7 +118,7 @@ async def _admin(
 async def run_command(
     services: Services, client: AsyncWebClient, command: dict[str, Any], respond: Any
 ) -> None:
-    tenant, user = f"slack:{command['team_id']}", command["user_id"]
+    tenant, user = tenant_key(command["team_id"]), command["user_id"]
     words = (command.get("text") or "").split()
     sub = words[0].lower() if words else "help"
     members = services.members
@@ -176,7 +177,7 @@ def register_commands(app: AsyncApp, services: Services) -> None:
     @app.action(FORGET)
     async def on_forget(ack: Any, body: dict[str, Any], respond: Any) -> None:
         await ack()
-        user, tenant = body["user"]["id"], f"slack:{body['team']['id']}"
+        user, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
         if body["actions"][0].get("value") != user:
             await respond(
                 text="Only the person who asked can confirm this.", replace_original=False
@@ -190,7 +191,7 @@ def register_commands(app: AsyncApp, services: Services) -> None:
         ack: Any, body: dict[str, Any], client: AsyncWebClient, respond: Any
     ) -> None:
         await ack()
-        actor, tenant = body["user"]["id"], f"slack:{body['team']['id']}"
+        actor, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
         if not await is_admin(services, client, actor):
             await respond(text=NOT_ADMIN, replace_original=False)
             return
@@ -202,7 +203,7 @@ def register_commands(app: AsyncApp, services: Services) -> None:
     @app.event("app_home_opened")
     async def on_home(event: dict[str, Any], body: dict[str, Any], client: AsyncWebClient) -> None:
         user = event["user"]
-        view = await services.members.view(f"slack:{body['team_id']}", user)
+        view = await services.members.view(tenant_key(body["team_id"]), user)
         text = to_slack_mrkdwn(memory_text(view))
         blocks: list[dict[str, Any]] = [
             {"type": "header", "text": {"type": "plain_text", "text": "What I remember"}},

@@ -19,8 +19,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import WELCOME_EVENT, Services
 from adapters.text import split_message, to_slack_mrkdwn
-from core.events import EventKind, EventTooLarge, InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES, UploadRejected, check_upload
+from core.errors import EventTooLarge, UploadRejected
+from core.events import EventKind, InboundEvent
+from core.members.documents import MAX_UPLOAD_BYTES, check_upload
 
 log = logging.getLogger(__name__)
 SLACK_TEXT_LIMIT = 3000  # a section block's text limit
@@ -28,8 +29,13 @@ THINKING = "thinking_face"
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
 
 
+def tenant_key(team_id: str) -> str:
+    """The tenant of a Slack workspace."""
+    return f"slack:{team_id}"
+
+
 def tenant_of(body: dict[str, Any], event: dict[str, Any]) -> str:
-    return f"slack:{body.get('team_id') or event.get('team')}"
+    return tenant_key(body.get("team_id") or event.get("team") or "")
 
 
 def no_pings(text: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from pypdf.errors import PyPdfError
 
-from core.errors import CompanionError
+from core.errors import UploadRejected
 from core.events import clean_text
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter, split_tokens
@@ -40,10 +40,6 @@ KINDS = {
     ".json": "json",
     ".pdf": "pdf",
 }
-
-
-class UploadRejected(CompanionError):
-    """A file the bot will not store; the message is for the member."""
 
 
 def _decode(data: bytes, name: str) -> str:

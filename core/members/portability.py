@@ -15,8 +15,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
-from core.errors import CompanionError, ImportConflict
-from core.events import clean_text
+from core.errors import BadExport, ImportConflict
+from core.events import EventStatus, clean_text
 from core.memory.prompt import render
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
@@ -27,10 +27,6 @@ from core.scope import Scope, enter_scope
 FORMAT = "companion-export"
 ROLES = ("user", "assistant", "tool", "system")
 VERSION = 1
-
-
-class BadExport(CompanionError):
-    """The file is not a Companion export, or is damaged."""
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -58,7 +54,7 @@ async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
     )
     passages = await session.scalars(select(Passage).where(mine(Passage)).order_by(Passage.id))
     events = await session.scalars(
-        select(Event).where(mine(Event), Event.status == "pending").order_by(Event.id)
+        select(Event).where(mine(Event), Event.status == EventStatus.PENDING).order_by(Event.id)
     )
     return {
         "format": FORMAT,

@@ -1,9 +1,10 @@
-"""What members and admins do with memory outside the agent's own functions.
+"""What members, admins and operators do with memory outside the agent's own functions.
 
 Members: see their working context, export it, erase it ("forget me"), and set openers on or
-off, quiet hours and time zone. Admins: export or reset any member's memory; every admin
-action is written to the audit log in the same transaction. Permission checks happen in
-the adapters (they know the platform's roles); nothing here is reachable by the model.
+off, quiet hours and time zone. Admins (in the platforms) and operators (the `companion`
+command): export, import or reset any member's memory, change tenant settings; every such
+action is written to the audit log, naming who did it. Permission checks happen in the
+adapters (they know the platform's roles); nothing here is reachable by the model.
 """
 
 from __future__ import annotations
@@ -20,14 +21,21 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, reset_agent
-from core.errors import CompanionError
-from core.members.portability import export_agent
+from core.errors import BadSetting
+from core.members.portability import export_agent, import_agent
+from core.memory.store import AgentStore
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
-from core.schedule.planning import replan
+from core.ports import Embedder
+from core.schedule.planning import plan_for, replan
 
 
-class BadSetting(CompanionError):
-    """A member typed a setting we cannot use; the message says what would work."""
+@dataclass(frozen=True)
+class ScheduledOpener:
+    tenant: str
+    user: str
+    at: datetime  # UTC
+    timezone: str  # the member's
+    why: str
 
 
 @dataclass(frozen=True)
@@ -66,10 +74,12 @@ class Members:
         sessions: async_sessionmaker[AsyncSession],
         config: EngineConfig,
         clock: Callable[[], datetime],
+        embedder: Embedder | None = None,
     ) -> None:
         self.sessions = sessions
         self.config = config
         self.clock = clock
+        self.embedder = embedder  # imported passages are embedded with it
 
     async def view(self, tenant: str, user: str) -> MemoryView | None:
         async with self.sessions() as session:
@@ -173,10 +183,53 @@ class Members:
         return doc
 
     async def admin_reset(self, tenant: str, actor: str, user: str) -> bool:
+        """Erase a member's memory (after any turn in progress); False if there was none."""
         async with self.sessions() as session, session.begin():
             scope = await reset_agent(session, tenant, user, self.config)
             await self._audit_in(session, tenant, actor, "reset", user, {"found": bool(scope)})
             return scope is not None
+
+    async def admin_import(
+        self, tenant: str, actor: str, user: str, doc: Any, replace: bool = False
+    ) -> dict[str, int]:
+        """Restore an export into a member, waiting for any turn in progress to end.
+
+        Raises `ImportConflict` when the member has memory and `replace` is not set, and
+        `BadExport` for a damaged document; either way nothing is written.
+        """
+        display_name = doc.get("display_name") if isinstance(doc, dict) else None
+        async with self.sessions() as session, session.begin():
+            scope = await ensure_agent(session, tenant, user, self.config, display_name)
+            await AgentStore(session, scope).lock_agent()  # a running turn finishes first
+            counts = await import_agent(
+                session, scope, doc, self.config, self.clock(), self.embedder, replace
+            )
+            await self._audit_in(
+                session, tenant, actor, "import", user, {**counts, "replace": replace}
+            )
+            return counts
+
+    async def scheduled_openers(
+        self, now: datetime, due_only: bool = False
+    ) -> list[ScheduledOpener]:
+        """Every member with an opener planned, soonest first, and why then."""
+        query = (
+            select(Agent, Tenant.key, User.external_id, User.timezone)
+            .join(User, User.id == Agent.user_id)
+            .join(Tenant, Tenant.id == Agent.tenant_id)
+            .where(Agent.next_opener_at.is_not(None))
+            .order_by(Agent.next_opener_at)
+        )
+        if due_only:
+            query = query.where(Agent.next_opener_at <= now)
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+            found = []
+            for agent, tenant, user, zone in rows:
+                plan = await plan_for(session, agent, self.config.schedule)
+                assert agent.next_opener_at is not None  # the query asked for it
+                found.append(ScheduledOpener(tenant, user, agent.next_opener_at, zone, plan.why))
+            return found
 
     async def audit_log(self, tenant: str, limit: int = 50) -> list[AuditEntry]:
         async with self.sessions() as session:

@@ -28,7 +28,16 @@ from core.memory.summarize import summarize
 from core.memory.tokens import TokenCounter
 from core.memory.tools import ToolContext
 from core.models import Agent, Event, Message, Summary
-from core.ports import ChatModel, Completion, Embedder, Metrics, NoMetrics, ToolCall
+from core.ports import (
+    ChatModel,
+    Completion,
+    Counter,
+    Embedder,
+    Metrics,
+    NoMetrics,
+    Timer,
+    ToolCall,
+)
 
 MAX_ARGUMENT_CHARS = 8000
 PRESSURE_ALERT = (
@@ -170,12 +179,12 @@ class Turn:
     async def _complete(self, prompt: list[dict[str, Any]], raw: int) -> Completion:
         metrics, started = self.mind.metrics, time.perf_counter()
         completion = await self.mind.model.complete(prompt, SCHEMAS, self.mind.config.reply_reserve)
-        metrics.observe("model_seconds", time.perf_counter() - started)
+        metrics.observe(Timer.MODEL, time.perf_counter() - started)
         self.mind.counter.calibrate(raw, completion.prompt_tokens)
         prompt_tokens = completion.prompt_tokens or self.mind.counter.scale(raw)
         completion_tokens = completion.completion_tokens or 0
-        metrics.count("prompt_tokens_total", prompt_tokens)
-        metrics.count("completion_tokens_total", completion_tokens)
+        metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
+        metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
         self.result.tokens += prompt_tokens + completion_tokens
         return completion
 
@@ -228,7 +237,7 @@ class Turn:
             await self._append(role="system", content=PRESSURE_ALERT.format(pct=pct))
             self.agent.pressure_warned = True
             self.result.warnings += 1
-            self.mind.metrics.count("warnings_total")
+            self.mind.metrics.count(Counter.WARNINGS)
             prompt, tokens, raw = await self._assemble(blocks)
         if tokens > config.prompt_budget:
             await self._flush(tokens, raw)
@@ -262,7 +271,7 @@ class Turn:
         self.queue = [m for m in self.queue if id(m) not in gone]
         self.agent.pressure_warned = False
         self.result.flushes += 1
-        self.mind.metrics.count("flushes_total")
+        self.mind.metrics.count(Counter.FLUSHES)
 
     async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
         config, counter = self.mind.config, self.mind.counter

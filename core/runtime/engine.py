@@ -30,14 +30,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent, member_of
 from core.errors import CompanionError, ModelError
-from core.events import EventKind, InboundEvent, trigger_fields
+from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, Turn, TurnResult
 from core.models import Agent, Event
+from core.ports import Counter, Send, Timer
 from core.runtime.budgets import over_limit, record_usage
-from core.runtime.outbox import Outbox, Send
+from core.runtime.outbox import Outbox
 from core.schedule.planning import after_event
 from core.scope import Scope, enter_scope
 
@@ -69,7 +70,7 @@ def _pending(scope: Scope, what: Any) -> Any:
         .where(
             Event.tenant_id == scope.tenant_id,
             Event.agent_id == scope.agent_id,
-            Event.status == "pending",
+            Event.status == EventStatus.PENDING,
         )
         .limit(1)
     )
@@ -214,14 +215,17 @@ class Engine:
         limited = await over_limit(session, store.scope, event, now, self.mind.config)
         if limited is not None:
             reason, reply = limited
-            metrics.count("limited_total", reason=reason)
+            metrics.count(Counter.LIMITED, reason=reason)
             result = TurnResult(event.id, error=f"limited: {reason}")
-            status, replies = "limited", [reply] if event.kind == EventKind.USER_MESSAGE else []
+            status, replies = (
+                EventStatus.LIMITED,
+                [reply] if event.kind == EventKind.USER_MESSAGE else [],
+            )
         else:
             result, status, replies = await self._think(
                 session, store, agent, event, now, user.timezone
             )
-        if status != "done":
+        if status != EventStatus.DONE:
             # No turn happened (or it was rolled back): the member's words still go to recall.
             await store.append(
                 now, event_id=event.id, **trigger_fields(event.kind, event.payload["text"])
@@ -236,13 +240,13 @@ class Engine:
             user,
             event.kind,
             purpose,
-            status == "done" and bool(replies),
+            status == EventStatus.DONE and bool(replies),
             now,
             self.mind.config.schedule,
         )
         await record_usage(session, store.scope, result.tokens, len(result.steps), now)
-        metrics.count("events_total", kind=event.kind, status=status)
-        metrics.observe("turn_seconds", time.perf_counter() - started)
+        metrics.count(Counter.EVENTS, kind=event.kind, status=status)
+        metrics.observe(Timer.TURN, time.perf_counter() - started)
         result.replies = replies
         return result
 
@@ -254,25 +258,25 @@ class Engine:
         event: Event,
         now: datetime,
         timezone: str,
-    ) -> tuple[TurnResult, str, list[str]]:
+    ) -> tuple[TurnResult, EventStatus, list[str]]:
         """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
         turn = Turn(self.mind, store, agent, event, now, timezone)
         try:
             async with session.begin_nested():
                 result = await turn.run()
-            return result, "done", result.replies
+            return result, EventStatus.DONE, result.replies
         except ModelError as error:
             log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
-            self.mind.metrics.count("errors_total", kind="model")
+            self.mind.metrics.count(Counter.ERRORS, kind="model")
             reply, problem = MODEL_DOWN_REPLY.format(error=error), str(error)
         except Exception as error:
             log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
-            self.mind.metrics.count("errors_total", kind="internal")
+            self.mind.metrics.count(Counter.ERRORS, kind="internal")
             reply, problem = INTERNAL_ERROR_REPLY, f"{type(error).__name__}: {error}"
         await session.refresh(agent)
         failed = TurnResult(event.id, error=problem, tokens=turn.result.tokens)
         failed.steps = turn.result.steps
-        return failed, "failed", [reply] if event.kind == EventKind.USER_MESSAGE else []
+        return failed, EventStatus.FAILED, [reply] if event.kind == EventKind.USER_MESSAGE else []
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None
@@ -294,7 +298,9 @@ class Engine:
         """Drain every agent that has pending events (after a crash or restart)."""
         async with self.sessions() as session:
             rows = await session.execute(
-                select(Event.tenant_id, Event.agent_id).where(Event.status == "pending").distinct()
+                select(Event.tenant_id, Event.agent_id)
+                .where(Event.status == EventStatus.PENDING)
+                .distinct()
             )
             scopes = [Scope(t, a) for t, a in rows.all()]
         for scope in scopes:

@@ -1,7 +1,7 @@
 """Getting replies out: the outbox, where a turn's replies wait until they are delivered.
 
     deliver(event_id, send)       send an event's replies, each locked while sent, marked after
-    redeliver(older_than, route)  retry replies that did not go out (platform down, crash)
+    redeliver(older_than, platforms)  retry replies that did not go out (platform down, crash)
     undelivered(event_id)         what is still waiting for an event
     take_replies(event_id)        take an event's replies (the terminal shows them at once)
     take_waiting(scope)           take replies nobody took: openers for a terminal member,
@@ -13,7 +13,7 @@ The engine owns one `Outbox` (`engine.outbox`); front ends deliver through it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,11 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.events import EventKind
 from core.models import Agent, Event, Reply, Tenant, User
+from core.ports import Platforms, Send
 from core.scope import Scope
 
 log = logging.getLogger(__name__)
-Send = Callable[[str], Awaitable[None]]
-RouteSend = Callable[[str, str, dict[str, Any]], Send]  # (tenant, user, event meta) -> send
 MAX_DELIVERY_ATTEMPTS = 10
 
 
@@ -72,10 +71,10 @@ class Outbox:
                     continue
             raise failure
 
-    async def redeliver(self, older_than: timedelta, route: RouteSend) -> tuple[int, int]:
+    async def redeliver(self, older_than: timedelta, platforms: Platforms) -> tuple[int, int]:
         """Retry replies that did not go out (platform down, process killed after the turn).
 
-        `route(tenant, user, meta)` gives the send function for an event's replies. Returns
+        `platforms.reply_route(tenant, user, meta)` sends back where the member wrote. Returns
         (events delivered, events still failing).
         """
         cutoff = self.clock() - older_than
@@ -100,12 +99,20 @@ class Outbox:
         done = failing = 0
         for event_id, tenant, user, payload in rows:
             try:
-                await self.deliver(event_id, route(tenant, user, payload.get("meta") or {}))
+                await self.deliver(
+                    event_id, platforms.reply_route(tenant, user, payload.get("meta") or {})
+                )
                 done += 1
             except Exception:
                 log.warning("redelivery of event %s failed", event_id, exc_info=True)
                 failing += 1
         return done, failing
+
+    async def meta_of(self, event_id: int) -> dict[str, Any]:
+        """What the front end recorded about an event's sender (channel, origin...)."""
+        async with self.sessions() as session:
+            payload = await session.scalar(select(Event.payload).where(Event.id == event_id))
+        return dict((payload or {}).get("meta") or {})
 
     async def undelivered(self, event_id: int) -> list[str]:
         async with self.sessions() as session:
