@@ -22,32 +22,65 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import DBAPIError
 
 from bot.app import App, open_app
 from bot.chat import run_chat
 from bot.doctor import run_doctor
-from bot.observability import configure_logging, log_options
+from bot.observability import configure_logging, log_options, redact
 from bot.operator import list_openers, parse_now, run_tick
+from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
-from core.members.reembed import reembed, set_dimension
+from core.members.reembed import change_dimension, reembed
+
+EPILOG = """\
+The model and database come from the environment (OPENAI_API_KEY or OPENAI_BASE_URL,
+COMPANION_MODEL, DATABASE_URL; unset: an embedded database). See the README's Configuration.
+
+examples:
+  companion chat                                   talk to your own agent
+  companion doctor                                 check a deployment before `run`
+  companion export --tenant slack:T012 --user U34 -o ana.json
+  companion openers list --due
+"""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("companion")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="companion", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="companion",
+        description="Companion: every community member gets their own agent with long-term "
+        "memory (MemGPT), on Discord, Slack and the terminal.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"companion {_version()}")
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback when something fails"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     chat = commands.add_parser("chat", help="chat with a member's agent in the terminal")
-    chat.add_argument("--tenant", default="local")
+    chat.add_argument("--tenant", default="local", help="default: local (the terminal)")
     chat.add_argument("--user", default=None, help="default: your login name")
     chat.add_argument("--verbose", "-v", action="store_true", help="show thoughts and calls")
 
     export = commands.add_parser("export", help="print a member's whole memory as JSON")
-    export.add_argument("--tenant", required=True)
-    export.add_argument("--user", required=True)
+    export.add_argument("--tenant", required=True, help="e.g. local, discord:<guild id>")
+    export.add_argument("--user", required=True, help="the platform user id")
     export.add_argument("--output", "-o", help="write to this file instead of stdout")
 
     restore = commands.add_parser("import", help="restore an export")
@@ -57,14 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     restore.add_argument("--replace", action="store_true", help="replace existing memory")
 
     reset = commands.add_parser("reset", help="erase a member's memory, all of it")
-    reset.add_argument("--tenant", required=True)
-    reset.add_argument("--user", required=True)
+    reset.add_argument("--tenant", required=True, help="e.g. local, slack:<team id>")
+    reset.add_argument("--user", required=True, help="the platform user id")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
 
     openers = commands.add_parser("openers", help="scheduled conversation openers")
-    openers_cmd = openers.add_subparsers(dest="openers_command", required=True)
+    openers_cmd = openers.add_subparsers(dest="openers_command", required=True, metavar="list")
     listing = openers_cmd.add_parser("list", help="what is scheduled and why")
     listing.add_argument("--due", action="store_true", help="only what is due now")
     listing.add_argument("--now", help="as if at this ISO-8601 time")
@@ -165,11 +198,20 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     if app.embedder is None:
         raise ConfigError("set COMPANION_EMBEDDING_MODEL to re-embed archival memory")
-    if args.dim and args.dim != app.embedding_dim:
-        if args.dim != app.settings.embedding_dim:
+    wanted, held = app.settings.embedding_dim, app.embedding_dim
+    progress = Progress("re-embedding passages")
+    if args.dim and args.dim != held:
+        if args.dim != wanted:
             raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
-        await set_dimension(app.sessions, args.dim)
-    count = await reembed(app.sessions, app.embedder, only_missing=args.missing)
+        count = await change_dimension(app.sessions, app.embedder, args.dim, progress=progress)
+        print(f"re-embedded {count} passages at {args.dim} dimensions", file=sys.stderr)
+        return 0
+    if wanted != held:
+        raise ConfigError(
+            f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
+            f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
+        )
+    count = await reembed(app.sessions, app.embedder, only_missing=args.missing, progress=progress)
     print(f"re-embedded {count} passages", file=sys.stderr)
     return 0
 
@@ -205,6 +247,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     need_model = args.command in ("chat", "run", "tick")
     if args.command == "run":
         settings.require_platform()
+    if args.command == "chat":  # the rate limit guards a community, not its operator
+        settings = replace(settings, rate_limit=None)
     clock = None
     if args.command == "tick" and args.now:
         moment = parse_now(args.now)
@@ -231,6 +275,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as error:
+        if args.debug:
+            raise
+        print(f"companion: {failure_line(error)}", file=sys.stderr)
+        return 1
+
+
+def failure_line(error: BaseException) -> str:
+    """An unexpected failure as one line: what happened, and how to see more."""
+    if isinstance(error, DBAPIError | OSError):
+        cause = getattr(error, "orig", None) or error
+        words = str(cause).strip().splitlines()
+        what = f"{type(cause).__name__}: {words[0] if words else 'no details'}"
+        return redact(
+            f"the database failed ({what}); is it running, and is DATABASE_URL right? "
+            "`companion doctor` checks it"
+        )
+    return redact(
+        f"unexpected {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        " (run with --debug for the traceback)"
+    )
 
 
 def _doctor() -> int:

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 from bot.app import App
 from bot.delivery import rest_router
 from core.errors import ConfigError
-from core.runtime.tick import tick
+from core.runtime.tick import TickReport, tick
 
 
 def parse_now(text: str | None) -> datetime:
@@ -43,9 +43,20 @@ async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
 async def run_tick(app: App, now: datetime) -> str:
     async with rest_router(app.settings) as router:
         report = await tick(app.engine, now, router)
+    return tick_summary(report, now)
+
+
+def tick_summary(report: TickReport, now: datetime) -> str:
+    """One line: what the pass did, including the openers it moved instead of sending."""
     kinds = [c.purpose for c in report.claimed]
-    return (
+    line = (
         f"{now:%Y-%m-%d %H:%M}Z: {kinds.count('opener')} openers ({report.sent} sent, "
-        f"{report.silent} silent, {report.undelivered} waiting for the member), "
-        f"{kinds.count('upkeep')} upkeep runs"
+        f"{report.silent} silent, {report.undelivered} waiting for the member)"
     )
+    if report.respread:
+        first, last = min(report.respread), max(report.respread)
+        line += (
+            f", {len(report.respread)} long-overdue openers re-spread between "
+            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z instead of sent at once"
+        )
+    return line + f", {kinds.count('upkeep')} upkeep runs"

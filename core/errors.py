@@ -5,7 +5,8 @@
     ├── ModelError             the model endpoint failed for good (after retries)
     │   ├── ModelOutputError   it answered, but with something unusable
     │   └── PromptTooLong      it refused the prompt as longer than its context window
-    ├── EmbeddingError         the embedding endpoint failed or gave the wrong dimension
+    ├── EmbeddingError         the embedding endpoint failed
+    │   └── WrongDimension     it answered with vectors of another size than the database's
     ├── ToolError              a function call the model made cannot run; fed back to the model
     ├── ContextTooSmall        the fixed part of the prompt cannot fit the context window
     ├── AgentNotFound          no agent for that (tenant, user)
@@ -48,6 +49,17 @@ class PromptTooLong(ModelError):
 
 class EmbeddingError(CompanionError):
     """The embedding model failed or returned vectors of the wrong size."""
+
+
+class WrongDimension(EmbeddingError):
+    def __init__(self, model: str, got: int, want: int) -> None:
+        super().__init__(
+            f"embedding model {model!r} returns {got} dimensions but the database holds {want} "
+            "(COMPANION_EMBEDDING_DIM); run `companion reembed --dim N` after changing the "
+            "embedding model"
+        )
+        self.got = got
+        self.want = want
 
 
 class ToolError(CompanionError):

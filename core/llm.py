@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from core.errors import EmbeddingError, ModelError, ModelOutputError
+from core.errors import EmbeddingError, ModelError, ModelOutputError, WrongDimension
 from core.ports import Completion, ToolCall
 
 
@@ -108,16 +108,36 @@ def _count(usage: Any, field: str) -> int | None:
 
 
 class OpenAIEmbedder:
+    """Embeddings over the `openai` client, of exactly `dimension` numbers each.
+
+    The `dimensions` parameter (text-embedding-3 and other Matryoshka models) is sent so a
+    model can give a smaller size than its native one; a server that refuses the parameter
+    is asked again without it, and not sent it again.
+    """
+
     def __init__(self, client: openai.AsyncOpenAI, model: str, dimension: int) -> None:
         self.client = client
         self.model = model
         self.dimension = dimension
+        self.send_dimensions = True
+
+    async def _create(self, texts: list[str]) -> Any:
+        if self.send_dimensions:
+            try:
+                return await self.client.embeddings.create(
+                    model=self.model, input=texts, dimensions=self.dimension
+                )
+            except openai.BadRequestError as error:
+                if "dimension" not in str(error.message).lower():
+                    raise
+                self.send_dimensions = False
+        return await self.client.embeddings.create(model=self.model, input=texts)
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
         try:
-            response = await self.client.embeddings.create(model=self.model, input=texts)
+            response = await self._create(texts)
         except openai.OpenAIError as error:
             raise EmbeddingError(_describe(error).replace("model", "embedding model")) from error
         vectors = [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
@@ -125,9 +145,5 @@ class OpenAIEmbedder:
             raise EmbeddingError(f"asked for {len(texts)} embeddings, got {len(vectors)}")
         for vector in vectors:
             if len(vector) != self.dimension:
-                raise EmbeddingError(
-                    f"embedding model {self.model!r} returns {len(vector)} dimensions but the "
-                    f"database holds {self.dimension} (COMPANION_EMBEDDING_DIM); run "
-                    "`companion reembed --dim N` after changing the embedding model"
-                )
+                raise WrongDimension(self.model, len(vector), self.dimension)
         return vectors

@@ -154,6 +154,8 @@ class FakeOpenAI:
         self.brain = brain
         self.embedding_dim = embedding_dim
         self.inflation = 1.0  # >1 plays a provider that counts more tokens than tiktoken
+        # True: honours `dimensions` like text-embedding-3; False: refuses it like ada-002
+        self.accepts_dimensions = True
         self.delay = 0.0
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
@@ -200,8 +202,14 @@ class FakeOpenAI:
         body = await request.json()
         self.embedding_requests.append(body)
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        dim = self.embedding_dim
+        if "dimensions" in body:
+            if not self.accepts_dimensions:
+                message = "This model does not support specifying dimensions."
+                return web.json_response({"error": {"message": message}}, status=400)
+            dim = int(body["dimensions"])
         data = [
-            {"object": "embedding", "index": i, "embedding": embed_text(t, self.embedding_dim)}
+            {"object": "embedding", "index": i, "embedding": embed_text(t, dim)}
             for i, t in enumerate(inputs)
         ]
         return web.json_response(

@@ -196,3 +196,25 @@ async def test_verbose_shows_the_function_calls(fake, pg_url, schema):
     assert "I like green tea" in run.err  # the call's arguments
     assert "send_message" in run.err
     assert "Traceback" not in run.err
+
+
+async def test_the_terminal_is_not_rate_limited(fake, pg_url, schema):
+    """The default 30/hour guards a community from a flood, not the operator at the terminal."""
+    lines = [f"line {i}" for i in range(33)]
+    run = await companion(cli_env(fake, pg_url, schema), "chat", stdin="\n".join(lines) + "\n")
+    assert run.code == 0, run.err
+    assert run.out.splitlines() == [f"You said: {line}" for line in lines]
+
+
+async def test_version_help_and_unexpected_failures_are_one_line(fake, pg_url, schema):
+    version = await companion(cli_env(fake, pg_url, schema), "--version")
+    assert version.code == 0 and version.out.startswith("companion ")
+    bare = await companion(cli_env(fake, pg_url, schema), "openers")
+    assert bare.code == 2 and "openers_command" not in bare.err
+    down = cli_env(fake, "postgresql://nobody:secret@127.0.0.1:9/none", schema)
+    for args in (("export", "--tenant", "t", "--user", "u"), ("chat",)):
+        run = await companion(down, *args)
+        assert run.code == 1 and "Traceback" not in run.err, run.err
+        (line,) = run.err.strip().splitlines()
+        assert line.startswith("companion: the database failed (ConnectionRefusedError")
+        assert "secret" not in line and "`companion doctor` checks it" in line

@@ -160,6 +160,8 @@ async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessio
     restart = T0 + timedelta(days=6)  # the bot was down while all of them fell due
     first = await tick(engine, restart, platform)
     assert first.claimed == [] and platform.sent == []
+    assert len(first.respread) == 12  # moved, and the report says so
+    assert all(restart < at <= restart + timedelta(hours=3, minutes=1) for at in first.respread)
     moments = restart
     for _ in range(20):  # a tick every 15 minutes for five hours
         moments += timedelta(minutes=15)
@@ -183,7 +185,7 @@ async def test_restart_loses_nothing_claimed(engine, make_engine_for, fake, cloc
     from core.schedule.planning import claim_due
 
     async with sessions() as session, session.begin():
-        claims = await claim_due(session, now, ScheduleConfig())
+        claims = (await claim_due(session, now, ScheduleConfig())).claimed
     assert len(claims) == 1  # ...and the process dies here
     fresh = make_engine_for()
     assert await fresh.resume() == 1

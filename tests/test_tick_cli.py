@@ -55,6 +55,19 @@ async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
     assert "0 openers" in again, "the unanswered opener is not repeated"
 
 
+async def test_tick_after_downtime_says_it_re_spread_the_overdue_openers(fake, pg_url, schema):
+    fake.brain = opener_brain
+    env = cli_env(fake, pg_url, schema)
+    await companion(env, "chat", "--user", "bo", stdin=b"remember that I run on Sundays\n")
+    due = due_time(await companion(env, "openers", "list"), "bo")
+    late = due + timedelta(days=2)  # the bot was down when it fell due
+    report = await companion(env, "tick", "--now", late.isoformat())
+    assert report.startswith(f"{late:%Y-%m-%d %H:%M}Z: 0 openers")
+    assert "1 long-overdue openers re-spread between" in report and "instead of sent" in report
+    moved = due_time(await companion(env, "openers", "list"), "bo")
+    assert moved > late  # still scheduled, later: not lost, not sent in a burst
+
+
 async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
     fake.brain = opener_brain
     async with FakeSlack() as api:

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class TickReport:
     claimed: list[Claim] = field(default_factory=list)
+    respread: list[datetime] = field(default_factory=list)  # long overdue: moved, not sent
     sent: int = 0
     silent: int = 0
     undelivered: int = 0
@@ -36,9 +37,9 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
     sending fails) an opener waits in the outbox and shows the next time the member chats.
     """
     async with engine.sessions() as session, session.begin():
-        claims = await claim_due(session, now, engine.mind.config.schedule)
-    report = TickReport(claims)
-    for claim in claims:
+        found = await claim_due(session, now, engine.mind.config.schedule)
+    report = TickReport(found.claimed, found.respread)
+    for claim in found.claimed:
         await engine.drain(claim.scope)
         if claim.purpose != "opener":
             continue

@@ -14,7 +14,7 @@ names the agent and the due time) and a restart loses nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -49,6 +49,14 @@ UPKEEP = (
     "context, fix what is outdated, move long details to archival memory. Do not message "
     "the person; you have a few steps."
 )
+
+
+@dataclass
+class Claims:
+    """What one pass claimed, and the long-overdue openers it moved instead of sending."""
+
+    claimed: list[Claim] = field(default_factory=list)
+    respread: list[datetime] = field(default_factory=list)  # their new times
 
 
 @dataclass(frozen=True)
@@ -156,6 +164,7 @@ async def _claim_opener(
     user: User,
     now: datetime,
     config: ScheduleConfig,
+    respread: list[datetime],
 ) -> Claim | None:
     due = agent.next_opener_at
     assert due is not None
@@ -167,6 +176,7 @@ async def _claim_opener(
     later = catch_up(due, now, policy, config.catch_up_spread, jitter_for(agent.id, now.date()))
     if later is not None:  # long overdue (the bot was down): spread out, no burst
         agent.next_opener_at = later
+        respread.append(later)
         return None
     agent.next_opener_at = None  # replanned once the opener has run
     local = now.astimezone(ZoneInfo(user.timezone)).strftime("%A %d %B %H:%M")
@@ -176,13 +186,17 @@ async def _claim_opener(
     )
 
 
-async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig) -> list[Claim]:
+async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig) -> Claims:
     """Claim due openers and upkeep; each claimed agent gets one scheduled event."""
+    found = Claims()
     claims: list[Claim | None] = []
     for agent, tenant, user in await _due(session, Agent.next_opener_at, now, config.batch):
-        claims.append(await _claim_opener(session, agent, tenant, user, now, config))
+        claims.append(
+            await _claim_opener(session, agent, tenant, user, now, config, found.respread)
+        )
     for agent, tenant, user in await _due(session, Agent.next_upkeep_at, now, config.batch):
         key = f"upkeep:{agent.id}:{agent.next_upkeep_at.isoformat()}"  # type: ignore[union-attr]
         agent.next_upkeep_at = None
         claims.append(await _claim(session, agent, tenant, user, "upkeep", UPKEEP, key, now))
-    return [claim for claim in claims if claim is not None]
+    found.claimed = [claim for claim in claims if claim is not None]
+    return found
