@@ -6,10 +6,12 @@ BIN := $(VENV)/bin
 .PHONY: chat test lint format bench
 
 $(BIN)/companion: pyproject.toml
-	$(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $@
+	@echo "Installing Companion and its dependencies into $(VENV) (first time: about a minute)..."
+	@$(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q --progress-bar on -e '.[dev]'
+	@echo "Installed. Next time this step is skipped."
+	@touch $@
 
 chat: $(BIN)/companion  ## install, then chat with your own agent (embedded database)
 	$(BIN)/companion chat

@@ -99,6 +99,8 @@ async def run_chat(
     stdout: TextIO,
 ) -> None:
     scope = await engine.agent(tenant, user, display_name=user)
+    if stdin.isatty() and stdout.isatty():
+        stdout.write("\r\033[K")  # clears the "starting" line the CLI showed
     # Anything an earlier crash left behind goes first: pending events, and replies that
     # were written but never shown (also openers written while the member was away).
     waiting = []

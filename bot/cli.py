@@ -249,6 +249,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         settings.require_platform()
     if args.command == "chat":  # the rate limit guards a community, not its operator
         settings = replace(settings, rate_limit=None)
+    if args.command == "chat" and sys.stdin.isatty() and sys.stdout.isatty():
+        # The embedded database can take a few seconds to start the first time.
+        sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
+        sys.stdout.flush()
     clock = None
     if args.command == "tick" and args.now:
         moment = parse_now(args.now)
