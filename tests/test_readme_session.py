@@ -64,10 +64,10 @@ async def test_the_readme_session_is_what_chat_prints(fake, pg_url, schema):
     os.close(secondary)
     seen = bytearray()
 
-    async def read_until(marker: str, within: float = 30.0) -> None:
+    async def read_until(marker: str, times: int = 1, within: float = 30.0) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
-        while marker not in ANSI.sub("", seen.decode(errors="replace")):
+        while ANSI.sub("", seen.decode(errors="replace")).count(marker) < times:
             assert loop.time() < deadline, seen.decode(errors="replace")
             try:
                 chunk = await asyncio.wait_for(loop.run_in_executor(None, os.read, main, 4096), 5)
@@ -79,7 +79,7 @@ async def test_the_readme_session_is_what_chat_prints(fake, pg_url, schema):
         await read_until("you> ")
         os.write(main, b"remember that my cat is called Miso\r")
         await read_until("companion> Got it")
-        await read_until("you> ")
+        await read_until("you> ", times=2)
         os.write(main, b"/memory\r")
         await read_until("I keep replies short.")
         os.write(main, b"/quit\r")
