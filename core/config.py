@@ -55,6 +55,7 @@ class EngineConfig:
     # Tokens kept free for the model's answer; the prompt gets the rest of the window.
     reply_reserve: int = 512
     max_steps: int = 10
+    max_sends: int = 3  # send_message calls per turn; one more ends the turn
     page_size: int = 5
     persona_limit: int = 2000
     human_limit: int = 2000

@@ -7,17 +7,21 @@ member finally receives.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from core.config import EngineConfig
-from core.events import EventKind, InboundEvent
+from core.errors import ToolError
+from core.events import MAX_EVENT_CHARS, EventKind, InboundEvent
+from core.memory.executor import MODELS, parse_arguments
 from core.memory.search import recall_search
+from core.memory.tools import TOOLS, conversation_search, send_message
 from core.memory.turn import STEP_CAP_REPLY
-from core.models import Block
+from core.models import Block, Passage
 from tests.fake_openai import (
     calls,
     completion,
@@ -579,3 +583,140 @@ async def test_archival_insert_then_vector_search(make_engine_for, fake):
     assert "maya lives in lisbon" in lines[1]
     assert "the dog is called rex" in lines[2]
     assert exchange.replies == ["Lisbon."]
+
+
+# --- caps: on every argument, and on messages per turn ---------------------------------------
+
+
+async def test_an_over_long_argument_is_refused_and_nothing_is_stored(engine, fake, sessions):
+    scope = await engine.agent("t", "alice")
+    huge = "word " * 60_000  # 300,000 characters, over the 200,000 a member's message may have
+    fake.brain = script(
+        calls(tool_call("archival_memory_insert", content=huge)),
+        calls(tool_call("archival_memory_insert", content=huge[:1000])),
+        say("Kept the gist."),
+    )
+
+    exchange = await talk(engine, scope, "remember all of this")
+
+    refused, stored = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    assert refused == (
+        "Error: argument 'content' has 300,000 characters, over its limit of 200,000; "
+        "shorten it or split it over several calls"
+    )
+    assert stored == "Stored in archival memory."
+    async with sessions() as session:
+        lengths = await session.scalars(
+            select(func.length(Passage.text)).where(Passage.agent_id == scope.agent_id)
+        )
+        assert list(lengths) == [1000]  # the refused one left nothing behind
+    assert exchange.replies == ["Kept the gist."]
+
+
+def test_every_argument_of_every_function_has_a_cap():
+    for fn in TOOLS:
+        model = MODELS[fn.__name__]
+        required = {n: "1" for n, field in model.model_fields.items() if field.is_required()}
+        for name, field in model.model_fields.items():
+            if field.annotation is bool:
+                continue
+            if field.annotation is str:
+                over, says = "x" * (MAX_EVENT_CHARS + 1), f"argument '{name}' has 200,001 char"
+            else:
+                over, says = 10**12, f"argument '{name}' must be at most"
+            with pytest.raises(ToolError) as error:
+                parse_arguments(fn, json.dumps({**required, name: over}))
+            assert str(error.value).startswith(says), (fn.__name__, str(error.value)[:200])
+
+
+def sends(n: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda body: calls(*(tool_call("send_message", message=f"part {i}") for i in range(n)))
+
+
+async def test_a_fourth_send_message_is_refused_and_ends_the_turn(engine, fake):
+    fake.brain = script(sends(25), say("never asked"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "tell me everything")
+
+    assert exchange.replies == ["part 0", "part 1", "part 2"]
+    assert len(fake.chat_requests) == 1  # the chain ended: no step after the refusals
+    # On its next turn the model sees every call answered, and why the turn ended.
+    fake.brain = script(say("Sorry for the flood."))
+    fake.requests.clear()
+    assert (await talk(engine, scope, "wow")).replies == ["Sorry for the flood."]
+    results = shown_results(fake.chat_requests[0])
+    assert results[:3] == ["Sent."] * 3
+    refusal = (
+        "Error: not sent: you already sent 3 messages this turn, the most a turn may send; "
+        "your turn ends here"
+    )
+    assert results[3:] == [refusal] * 22
+    alerts = [m["content"] for m in fake.chat_requests[0]["messages"] if m["role"] == "user"]
+    assert (
+        "[system alert] message limit reached: a turn may send at most 3 messages, so your "
+        "turn was ended and 22 more were not sent." in alerts
+    )
+
+
+async def test_ten_steps_of_sends_post_three_messages_in_all(engine, fake):
+    """What posted 250 messages for one member message: 10 steps of 25 sends, heartbeats on."""
+    fake.brain = script(
+        lambda body: calls(
+            *(
+                tool_call("send_message", message="again"),
+                tool_call("conversation_search", query="x", request_heartbeat=True),
+            )
+        )
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hi")
+
+    assert exchange.replies == ["again"] * 3
+    assert len(fake.chat_requests) == 4  # the fourth step's send was refused: the chain ended
+
+
+# --- what real servers send: lenient where harmless, clear where not -------------------------
+
+LENIENT = [
+    ("request_heartbeat", "true", True),
+    ("request_heartbeat", "FALSE", False),
+    ("page", "2", 2),
+    ("page", " 3 ", 3),
+    ("page", 2.0, 2),
+    ("query", 42, "42"),
+    ("query", 1.5, "1.5"),
+    ("query", "a\u0000b", "a\ufffdb"),  # Postgres cannot store NUL
+]
+
+
+@pytest.mark.parametrize(("name", "sent", "taken"), LENIENT)
+def test_sloppy_but_clear_arguments_are_taken(name, sent, taken):
+    args = parse_arguments(conversation_search, json.dumps({"query": "tea", name: sent}))
+    assert args[name] == taken and type(args[name]) is type(taken)
+
+
+REFUSED = [
+    ("request_heartbeat", "yes", "argument 'request_heartbeat' must be a boolean, got \"yes\""),
+    ("request_heartbeat", 1, "argument 'request_heartbeat' must be a boolean, got 1"),
+    ("page", 2.5, "argument 'page' must be an integer, got 2.5"),
+    ("page", True, "argument 'page' must be an integer, got true"),
+    ("page", "two", "argument 'page' must be an integer, got \"two\""),
+    ("page", 10**30, f"argument 'page' must be at most 100,000, got {10**30}"),
+    ("query", True, "argument 'query' must be a string, got true"),
+    ("query", ["tea"], "argument 'query' must be a string, got [\"tea\"]"),
+    ("query", None, "argument 'query' must be a string, got null"),
+]
+
+
+@pytest.mark.parametrize(("name", "sent", "error"), REFUSED)
+def test_wrong_arguments_are_named_in_the_error(name, sent, error):
+    with pytest.raises(ToolError) as raised:
+        parse_arguments(conversation_search, json.dumps({"query": "tea", name: sent}))
+    assert str(raised.value) == error
+
+
+def test_arguments_nested_too_deeply_are_refused_cleanly():
+    with pytest.raises(ToolError, match="not valid JSON"):
+        parse_arguments(send_message, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}")

@@ -1,9 +1,13 @@
-"""The function executor: schemas from signatures, then parse, validate, run, report.
+"""The function executor: one pydantic model per tool, then parse, validate, run, report.
 
-`schema_of(fn)` turns a typed tool function and its docstring into an OpenAI tool schema.
+`arguments_model(fn)` builds a pydantic model from a typed tool function: the signature
+(less the `ToolContext`) gives the fields, their types and caps, the docstring their
+descriptions. `schema_of(fn)` is that model's JSON schema cut to types and descriptions,
+since every token of it is in every prompt. Validation is lenient where real OpenAI-compatible
+servers are sloppy ("true" for true, "2" or 2.0 for 2, 42 for "42") and strict elsewhere.
 `execute(call, ctx)` never raises for the model's mistakes: unknown function, bad JSON,
-missing or wrong arguments, a tool's own `ToolError` all come back as an `Outcome` with
-`ok=False` and a message the model can act on.
+missing, unknown, wrong or over-long arguments, a tool's own `ToolError` all come back as an
+`Outcome` with `ok=False` and a message, naming the argument, that the model can act on.
 """
 
 from __future__ import annotations
@@ -14,7 +18,19 @@ import logging
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    create_model,
+)
+from pydantic_core import ErrorDetails
 
 from core.errors import ToolError
 from core.events import clean_text
@@ -24,7 +40,7 @@ from core.ports import ToolCall
 log = logging.getLogger(__name__)
 
 Tool = Callable[..., Awaitable[str]]
-_JSON_TYPES = {str: "string", int: "integer", bool: "boolean", float: "number"}
+_JSON_TYPES = {str: "string", int: "integer", bool: "boolean"}
 
 
 @dataclass(frozen=True)
@@ -35,9 +51,28 @@ class Outcome:
     heartbeat: bool = False
 
 
-def _params(fn: Tool) -> list[tuple[inspect.Parameter, type]]:
-    hints = typing.get_type_hints(fn)
-    return [(p, hints[p.name]) for p in list(inspect.signature(fn).parameters.values())[1:]]
+def _bool_word(value: Any) -> Any:
+    """Some servers send "true"/"false" as strings; "yes" or 1 stay refused."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value
+
+
+def _no_bool(value: Any) -> Any:
+    """JSON true is not a number (pydantic's lax int would take it as 1)."""
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not an integer")
+    return value
+
+
+# What each base type accepts beyond itself. Strings: numbers become text, and JSON may
+# carry \u0000, which Postgres cannot store. Integers: "2", " 2 " and 2.0, not 2.5 or true.
+_LENIENT: dict[type, tuple[Any, ...]] = {
+    str: (AfterValidator(clean_text),),
+    int: (BeforeValidator(_no_bool),),
+    bool: (Strict(), BeforeValidator(_bool_word)),
+}
+_CONFIG = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
 
 
 def _param_docs(doc: str) -> tuple[str, dict[str, str]]:
@@ -50,73 +85,96 @@ def _param_docs(doc: str) -> tuple[str, dict[str, str]]:
     return " ".join(summary.split()), described
 
 
-def schema_of(fn: Tool) -> dict[str, Any]:
-    description, described = _param_docs(fn.__doc__ or "")
+def _base(hint: Any) -> type:
+    return typing.get_args(hint)[0] if typing.get_origin(hint) is Annotated else hint
+
+
+def arguments_model(fn: Tool) -> type[BaseModel]:
+    """The model of `fn`'s arguments: its typed parameters after the `ToolContext`."""
+    summary, described = _param_docs(fn.__doc__ or "")
+    hints = typing.get_type_hints(fn, include_extras=True)
+    fields: dict[str, Any] = {}
+    for param in list(inspect.signature(fn).parameters.values())[1:]:
+        hint = hints[param.name]
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        lenient = Annotated[(hint, *_LENIENT[_base(hint)])]  # type: ignore[valid-type]
+        fields[param.name] = (lenient, Field(default, description=described.get(param.name)))
+    return create_model(fn.__name__, __config__=_CONFIG, __doc__=summary, **fields)
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAI tool schema: pydantic's, without titles, defaults or limits (tokens)."""
+    full = model.model_json_schema()
     properties = {
-        p.name: {"type": _JSON_TYPES[hint], "description": described.get(p.name, "")}
-        for p, hint in _params(fn)
+        name: {"type": spec["type"], "description": spec.get("description", "")}
+        for name, spec in full["properties"].items()
     }
-    required = [p.name for p, _ in _params(fn) if p.default is inspect.Parameter.empty]
     return {
         "type": "function",
         "function": {
-            "name": fn.__name__,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
+            "name": model.__name__,
+            "description": model.__doc__,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": full.get("required", []),
+            },
         },
     }
 
 
 REGISTRY: dict[str, Tool] = {fn.__name__: fn for fn in TOOLS}
+MODELS: dict[str, type[BaseModel]] = {fn.__name__: arguments_model(fn) for fn in TOOLS}
 # Tools that touch no database row while they run (blocks are saved with the turn).
 IN_MEMORY = {"send_message", "core_memory_append", "core_memory_replace"}
-SCHEMAS: list[dict[str, Any]] = [schema_of(fn) for fn in TOOLS]
+SCHEMAS: list[dict[str, Any]] = [schema_of(model) for model in MODELS.values()]
 
 
-def _coerce(name: str, value: Any, hint: type) -> Any:
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return clean_text(value)  # JSON may carry \u0000, which Postgres cannot store
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)
-    kind = _JSON_TYPES[hint]
-    article = "an" if kind[0] in "aeiou" else "a"
-    raise ToolError(f"argument {name!r} must be {article} {kind}, got {json.dumps(value)[:100]}")
-
-
-def parse_arguments(fn: Tool, raw: str) -> dict[str, Any]:
-    """Validate the model's JSON arguments against the tool's signature."""
+def _json_object(raw: str) -> dict[str, Any]:
     try:
         args = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as error:
         raise ToolError(f"the arguments are not valid JSON ({error.msg} at {error.pos})") from None
+    except RecursionError:
+        raise ToolError("the arguments are not valid JSON (nested too deeply)") from None
     if not isinstance(args, dict):
         raise ToolError("the arguments must be a JSON object")
-    params = _params(fn)
-    known = {p.name for p, _ in params}
-    unknown = sorted(set(args) - known - {"request_heartbeat"})
+    return args
+
+
+def _explain(model: type[BaseModel], errors: list[ErrorDetails]) -> str:
+    """One sentence for the model, naming the arguments at fault."""
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
     if unknown:
-        raise ToolError(
-            f"unknown argument(s) {', '.join(unknown)}; {fn.__name__} takes {', '.join(known)}"
-        )
-    missing = [
-        p.name for p, _ in params if p.default is inspect.Parameter.empty and p.name not in args
-    ]
+        takes = ", ".join(model.model_fields)
+        return f"unknown argument(s) {', '.join(unknown)}; {model.__name__} takes {takes}"
+    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]
     if missing:
-        raise ToolError(f"missing required argument(s): {', '.join(missing)}")
-    return {p.name: _coerce(p.name, args[p.name], hint) for p, hint in params if p.name in args}
+        return f"missing required argument(s): {', '.join(missing)}"
+    error = errors[0]
+    name, value, limits = str(error["loc"][0]), error["input"], error.get("ctx", {})
+    if error["type"] == "string_too_long":
+        return (
+            f"argument {name!r} has {len(value):,} characters, over its limit of "
+            f"{limits['max_length']:,}; shorten it or split it over several calls"
+        )
+    if error["type"] == "less_than_equal":
+        return f"argument {name!r} must be at most {limits['le']:,}, got {value}"
+    kind = _JSON_TYPES[_base(model.model_fields[name].annotation)]
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"argument {name!r} must be {article} {kind}, got {json.dumps(value)[:100]}"
+
+
+def parse_arguments(fn: Tool, raw: str) -> dict[str, Any]:
+    """Validate the model's JSON arguments against the tool's signature."""
+    args = _json_object(raw)
+    model = MODELS[fn.__name__]
+    if "request_heartbeat" not in model.model_fields:
+        args.pop("request_heartbeat", None)  # asked of every function by habit: harmless
+    try:
+        return dict(model.model_validate(args))
+    except ValidationError as error:
+        raise ToolError(_explain(model, error.errors(include_url=False))) from None
 
 
 def _truncate(result: str, limit: int) -> str:

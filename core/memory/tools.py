@@ -1,10 +1,10 @@
 """The agent's functions, as in the MemGPT paper's reference implementation.
 
-Each tool is one typed async function; its signature and docstring are its JSON schema
-(`core.executor.schema_of`). The first parameter is always the `ToolContext`, which binds
-the call to the calling agent: no tool takes a user or tenant argument, so nothing a member
-says can reach another member's memory. A tool reports a problem by raising `ToolError`;
-the executor hands the message back to the model.
+Each tool is one typed async function; its signature (types and caps) and docstring are its
+JSON schema and its validation (`core.memory.executor`). The first parameter is always the
+`ToolContext`, which binds the call to the calling agent: no tool takes a user or tenant
+argument, so nothing a member says can reach another member's memory. A tool reports a
+problem by raising `ToolError`; the executor hands the message back to the model.
 """
 
 from __future__ import annotations
@@ -12,15 +12,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
+from typing import Annotated
+
+from pydantic import Field
 
 from core.config import EngineConfig
 from core.errors import EmbeddingError, ToolError
+from core.events import MAX_EVENT_CHARS
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore
 from core.models import Block
 from core.ports import Embedder
 
 SNIPPET_CHARS = 400
+MAX_REPLY_CHARS = 10_000  # a few posts on any platform
+MAX_QUERY_CHARS = 1_000
+MAX_NAME_CHARS = 100
+MAX_PAGE = 100_000
+
+# Every argument has a cap. Text to keep may be as long as a member's message; a reply is
+# posted, so it is shorter; queries, labels and dates are short.
+Kept = Annotated[str, Field(max_length=MAX_EVENT_CHARS)]
+Reply = Annotated[str, Field(max_length=MAX_REPLY_CHARS)]
+Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+PageNumber = Annotated[int, Field(le=MAX_PAGE)]
 
 
 @dataclass
@@ -34,6 +50,7 @@ class ToolContext:
     event_id: int | None = None
     may_send: bool = True
     sent: list[str] = field(default_factory=list)
+    refused_sends: int = 0  # send_message calls over the per-turn cap: the turn ends
 
 
 def _block(ctx: ToolContext, label: str) -> Block:
@@ -99,7 +116,7 @@ def _parse_date(value: str, name: str) -> date:
         raise ToolError(f"{name} must be a date as YYYY-MM-DD, got {value!r}") from None
 
 
-async def send_message(ctx: ToolContext, message: str) -> str:
+async def send_message(ctx: ToolContext, message: Reply) -> str:
     """Send a message to the person. This is the only thing they see; it ends your turn.
 
     message: the text to send (markdown is fine)
@@ -108,12 +125,18 @@ async def send_message(ctx: ToolContext, message: str) -> str:
         raise ToolError("message is empty; write what you want to say")
     if not ctx.may_send:
         raise ToolError("you cannot message the person now (memory upkeep); just tidy memory")
+    if len(ctx.sent) >= ctx.config.max_sends:
+        ctx.refused_sends += 1
+        raise ToolError(
+            f"not sent: you already sent {len(ctx.sent)} messages this turn, the most a turn "
+            "may send; your turn ends here"
+        )
     ctx.sent.append(message)
     return "Sent."
 
 
 async def core_memory_append(
-    ctx: ToolContext, label: str, content: str, request_heartbeat: bool = False
+    ctx: ToolContext, label: Name, content: Kept, request_heartbeat: bool = False
 ) -> str:
     """Add a line to a block of your working context (always in view, size-limited).
 
@@ -130,9 +153,9 @@ async def core_memory_append(
 
 async def core_memory_replace(
     ctx: ToolContext,
-    label: str,
-    old_content: str,
-    new_content: str,
+    label: Name,
+    old_content: Kept,
+    new_content: Kept,
     request_heartbeat: bool = False,
 ) -> str:
     """Replace text in a block of your working context; an empty new_content deletes it.
@@ -149,7 +172,7 @@ async def core_memory_replace(
 
 
 async def conversation_search(
-    ctx: ToolContext, query: str, page: int = 1, request_heartbeat: bool = False
+    ctx: ToolContext, query: Query, page: PageNumber = 1, request_heartbeat: bool = False
 ) -> str:
     """Search all past messages, including those no longer in view, by key words.
 
@@ -169,9 +192,9 @@ async def conversation_search(
 
 async def conversation_search_date(
     ctx: ToolContext,
-    start_date: str,
-    end_date: str,
-    page: int = 1,
+    start_date: Name,
+    end_date: Name,
+    page: PageNumber = 1,
     request_heartbeat: bool = False,
 ) -> str:
     """List past messages sent between two dates (inclusive), oldest first.
@@ -199,7 +222,7 @@ async def conversation_search_date(
 
 
 async def archival_memory_insert(
-    ctx: ToolContext, content: str, request_heartbeat: bool = False
+    ctx: ToolContext, content: Kept, request_heartbeat: bool = False
 ) -> str:
     """Store text in archival memory: unlimited, kept forever, found again by meaning.
 
@@ -219,7 +242,7 @@ async def archival_memory_insert(
 
 
 async def archival_memory_search(
-    ctx: ToolContext, query: str, page: int = 1, request_heartbeat: bool = False
+    ctx: ToolContext, query: Query, page: PageNumber = 1, request_heartbeat: bool = False
 ) -> str:
     """Search archival memory by meaning.
 

@@ -3,7 +3,8 @@
     trigger message -> [fit the prompt -> model -> run functions]* -> replies
 
 `Turn.run` keeps calling the model while the chain continues: a function other than
-send_message ran, a call failed, or one asked for a heartbeat. `fit_prompt` is the queue
+send_message ran, a call failed, or one asked for a heartbeat. It ends after `max_steps`
+model calls, or when send_message is called more than `max_sends` times. `fit_prompt` is the queue
 manager at work: a memory-pressure alert at the warning watermark (once per episode), and
 a flush with a new recursive summary when the next prompt would not fit.
 """
@@ -47,6 +48,10 @@ PRESSURE_ALERT = (
 )
 STEP_CAP_NOTE = "step limit reached: your turn was ended after {n} steps."
 STEP_CAP_REPLY = "(I went round in circles thinking about that. Could you say it another way?)"
+SEND_CAP_NOTE = (
+    "message limit reached: a turn may send at most {n} messages, so your turn was ended and "
+    "{refused} more were not sent."
+)
 EMPTY_ANSWER_NOTE = "your last answer was empty. Reply to the person with send_message."
 
 
@@ -222,6 +227,10 @@ class Turn:
         for outcome in outcomes:
             await self._append(role="tool", content=outcome.result, tool_call_id=outcome.call.id)
         self.result.steps.append(Step(thought, tuple(outcomes), tokens))
+        if tools.refused_sends:
+            note = SEND_CAP_NOTE.format(n=self.mind.config.max_sends, refused=tools.refused_sends)
+            await self._append(role="system", content=note)
+            return False
         sent = any(o.ok and o.call.name == "send_message" for o in outcomes)
         return any(not o.ok or o.heartbeat for o in outcomes) or not sent
 
