@@ -38,6 +38,7 @@ from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
+from core.members.portability import parse_export
 from core.members.reembed import change_dimension, reembed
 
 EPILOG = """\
@@ -161,16 +162,12 @@ def _read_export(path: str) -> Any:
 
 
 async def _import(app: App, args: argparse.Namespace) -> int:
-    doc = _read_export(args.file)
-    if not isinstance(doc, dict):
-        raise BadExport(f"{args.file} is not a Companion export")
-    tenant = args.tenant or doc.get("tenant")
-    user = args.user or doc.get("user")
+    export = parse_export(_read_export(args.file))  # checked whole before anything is written
+    tenant = args.tenant or export.tenant
+    user = args.user or export.user
     if not tenant or not user:
         raise ConfigError("the export names no tenant or user; pass --tenant and --user")
-    counts = await app.members.admin_import(
-        str(tenant), _operator(), str(user), doc, replace=args.replace
-    )
+    counts = await app.members.admin_import(tenant, _operator(), user, export, args.replace)
     print(
         f"imported {counts['messages']} messages, {counts['passages']} passages and "
         f"{counts['blocks']} blocks into {user}@{tenant}",

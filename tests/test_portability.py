@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from core.directory import ensure_agent
 from core.errors import BadExport, ImportConflict
 from core.events import EventKind, InboundEvent
-from core.members.portability import export_agent, import_agent
+from core.members.portability import export_agent, import_agent, parse_export
 from core.memory.store import AgentStore
 from core.models import Message, Passage
 from tests.conftest import Run, cli_env, companion
@@ -252,7 +252,7 @@ async def test_functions_round_trip_passages_summary_and_timestamps(
     async with sessions() as session, session.begin():
         other = await ensure_agent(session, "club", "zoe", engine.mind.config)
         counts = await import_agent(
-            session, other, doc, engine.mind.config, later, engine.mind.embedder
+            session, other, parse_export(doc), engine.mind.config, later, engine.mind.embedder
         )
     assert counts == {"blocks": 2, "messages": len(doc["messages"]), "passages": 2}
     assert len(fake.embedding_requests) > embedded_before  # passages embedded on the way in
@@ -309,7 +309,7 @@ async def test_import_minimal_document_and_refusals(engine, sessions):
     now = datetime(2026, 1, 1, tzinfo=UTC)
     scope = await engine.agent("club", "zoe")
     async with sessions() as session, session.begin():
-        await import_agent(session, scope, doc, engine.mind.config, now)
+        await import_agent(session, scope, parse_export(doc), engine.mind.config, now)
     async with sessions() as session:
         back = await export_agent(session, scope)
     assert memory(back) == {
@@ -326,12 +326,10 @@ async def test_import_minimal_document_and_refusals(engine, sessions):
     other = dict(doc, messages=doc["messages"][:1], summary=None, passages=[])
     async with sessions() as session, session.begin():
         with pytest.raises(ImportConflict, match="--replace"):
-            await import_agent(session, scope, other, engine.mind.config, now)
+            await import_agent(session, scope, parse_export(other), engine.mind.config, now)
     broken = dict(doc, messages=[doc["messages"][0], {"role": "wizard", "content": "x"}])
-    async with sessions() as session:
-        with pytest.raises(BadExport, match=r"messages\[1\]"):
-            async with session.begin():  # rolled back, as the command's transaction is
-                await import_agent(session, scope, broken, engine.mind.config, now, replace=True)
+    with pytest.raises(BadExport, match=r"messages\[1\]\.role"):
+        parse_export(broken)  # before anything is written
     async with sessions() as session:
         assert await export_agent(session, scope) == back
         assert (
@@ -340,8 +338,93 @@ async def test_import_minimal_document_and_refusals(engine, sessions):
         )
 
     async with sessions() as session, session.begin():
-        await import_agent(session, scope, other, engine.mind.config, now, replace=True)
+        await import_agent(
+            session, scope, parse_export(other), engine.mind.config, now, replace=True
+        )
     async with sessions() as session:
         replaced = await export_agent(session, scope)
     assert memory(replaced)["messages"] == [("user", "I fly kites", "2025-06-01T09:30:00+00:00")]
     assert replaced["summary"] is None and replaced["passages"] == []
+
+
+# --- parse_export: the whole document is checked before anything is written ----------------
+
+AT = "2026-01-01T00:00:00+00:00"
+MINIMAL = {
+    "format": "companion-export",
+    "version": 1,
+    "blocks": [{"label": "human", "value": "likes tea"}],
+    "messages": [{"role": "user", "content": "hi", "created_at": AT}],
+    "passages": [],
+}
+DAMAGED = {
+    "time-without-zone": (
+        {"messages": [{"role": "user", "content": "hi", "created_at": "2026-01-01T00:00:00"}]},
+        "messages[0].created_at: not an ISO-8601 time with a time zone: '2026-01-01T00:00:00'",
+    ),
+    "time-as-number": (
+        {"passages": [{"text": "x", "created_at": 1767225600}]},
+        "passages[0].created_at: not an ISO-8601 time with a time zone: 1767225600",
+    ),
+    "unknown-role": (
+        {"messages": [{"role": "wizard", "content": "hi", "created_at": AT}]},
+        "messages[0].role: input should be 'user', 'assistant', 'tool' or 'system'",
+    ),
+    "content-not-text": (
+        {"messages": [{"role": "user", "content": 42, "created_at": AT}]},
+        "messages[0].content: input should be a valid string",
+    ),
+    "tool-call-without-function": (
+        {
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"id": "c1"}], "created_at": AT},
+            ]
+        },
+        "messages[0].tool_calls[0].function: field required",
+    ),
+    "limit-not-a-number": (
+        {"blocks": [{"label": "human", "value": "x", "limit": "lots"}]},
+        "blocks[0].limit: input should be a valid integer",
+    ),
+    "limit-too-big-for-the-table": (
+        {"blocks": [{"label": "human", "value": "x", "limit": 10**12}]},
+        "blocks[0].limit: input should be less than or equal to 2147483647",
+    ),
+    "two-blocks-one-label": (
+        {"blocks": [{"label": "human", "value": "x"}, {"label": "human", "value": "y"}]},
+        "blocks: two blocks are labelled human",
+    ),
+    "empty-passage": (
+        {"passages": [{"text": "", "created_at": AT}]},
+        "passages[0].text: string should have at least 1 character",
+    ),
+    "no-messages": ({"messages": None}, "messages: input should be a valid list"),
+    "several-problems": (
+        {"messages": [{"role": "x", "created_at": "y"}, {"role": "user"}]},
+        "messages[0].role: input should be 'user', 'assistant', 'tool' or 'system' (and 2 more)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(DAMAGED))
+def test_a_damaged_export_is_refused_naming_the_place(name):
+    changes, says = DAMAGED[name]
+    with pytest.raises(BadExport) as error:
+        parse_export({**MINIMAL, **changes})
+    assert str(error.value) == f"the export is damaged: {says}"
+
+
+def test_text_postgres_cannot_store_is_cleaned_and_old_exports_stay_searchable():
+    export = parse_export(
+        {
+            **MINIMAL,
+            "messages": [{"role": "user", "content": "a\x00b", "created_at": AT}],
+            "summary": "said \x00 hi",
+        }
+    )
+    (message,) = export.messages
+    assert message.content == message.search_text == "a\ufffdb"  # no search_text key: derived
+    assert message.created_at == datetime(2026, 1, 1, tzinfo=UTC)
+    (summary,) = export.all_summaries(datetime(2026, 2, 1, tzinfo=UTC))
+    # Messages without "in_context" are out of the queue: the summary covers them.
+    assert summary.text == "said \ufffd hi" and summary.covers_messages == 1

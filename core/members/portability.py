@@ -1,16 +1,32 @@
 """A member's whole memory as one JSON document, and back.
 
 `export_agent` writes every block, message (in order, with timestamps and whether it is in
-the FIFO queue), summary, archival passage and pending event. `import_agent` restores such a
-document into an agent, keeping timestamps; it refuses to mix into an agent that already has
-memory unless told to replace it.
+the FIFO queue), summary, archival passage and pending event. `parse_export` reads such a
+document into an `Export` (pydantic) or raises `BadExport` naming the place at fault, before
+anything is written. `import_agent` restores an `Export` into an agent, keeping timestamps;
+it refuses to mix into an agent that already has memory unless told to replace it.
+
+The `Export` model is the file format (versioned, and older or hand-made files omit keys),
+not a second model of the tables: it stops at what a file may say.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,7 +41,6 @@ from core.ports import Embedder
 from core.scope import Scope, enter_scope
 
 FORMAT = "companion-export"
-ROLES = ("user", "assistant", "tool", "system")
 VERSION = 1
 
 
@@ -90,25 +105,127 @@ async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
     }
 
 
-def _when(item: dict[str, Any], where: str) -> datetime:
+def _time(value: Any) -> datetime:
+    """An ISO-8601 time with its zone, as `export_agent` writes it."""
     try:
-        value = datetime.fromisoformat(str(item["created_at"]))
-    except (KeyError, ValueError):
-        raise BadExport(f"{where}: created_at is missing or not an ISO-8601 time") from None
-    if value.tzinfo is None:
-        raise BadExport(f"{where}: created_at has no time zone")
-    return value
+        when = datetime.fromisoformat(value) if isinstance(value, str) else value
+    except ValueError:
+        when = None
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        got = repr(value)[:60]
+        raise PydanticCustomError(
+            "time", "not an ISO-8601 time with a time zone: {got}", {"got": got}
+        )
+    return when
 
 
-def _check(doc: Any) -> dict[str, Any]:
+Text = Annotated[str, AfterValidator(clean_text)]  # Postgres cannot store NUL bytes
+NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(clean_text)]
+Time = Annotated[datetime, BeforeValidator(_time)]
+Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]  # a Postgres integer
+
+
+class Part(BaseModel):
+    """A piece of the document; keys it does not know are ignored."""
+
+
+class BlockPart(Part):
+    label: NonEmpty
+    value: Text
+    limit: Count | None = None
+
+
+class FunctionPart(Part):
+    name: Text
+    arguments: Text
+
+
+class ToolCallPart(Part):
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionPart
+
+
+class MessagePart(Part):
+    role: Literal["user", "assistant", "tool", "system"]
+    content: Text | None = None
+    created_at: Time
+    tool_calls: list[ToolCallPart] | None = None
+    tool_call_id: Text | None = None
+    search_text: Text | None = None
+    in_context: StrictBool = False
+
+    @model_validator(mode="after")
+    def _searchable(self) -> MessagePart:
+        if "search_text" not in self.model_fields_set and self.role == "user":
+            self.search_text = self.content  # older exports: what a member said is searchable
+        return self
+
+
+class SummaryPart(Part):
+    text: Text
+    covers_messages: Count = 0
+    created_at: Time
+
+
+class PassagePart(Part):
+    text: NonEmpty
+    source: Text | None = None
+    created_at: Time
+
+
+class Export(Part):
+    format: Literal["companion-export"]
+    version: Literal[1]
+    tenant: str | None = None
+    user: str | None = None
+    display_name: str | None = None
+    blocks: list[BlockPart]
+    messages: list[MessagePart]
+    summary: Text | None = None  # the latest summary: all that a minimal file may carry
+    summaries: list[SummaryPart] = []
+    passages: list[PassagePart]
+
+    @field_validator("blocks")
+    @classmethod
+    def _one_block_per_label(cls, blocks: list[BlockPart]) -> list[BlockPart]:
+        labels = [block.label for block in blocks]
+        for label in labels:
+            if labels.count(label) > 1:
+                raise PydanticCustomError(
+                    "label", "two blocks are labelled {label}", {"label": label}
+                )
+        return blocks
+
+    def all_summaries(self, now: datetime) -> list[SummaryPart]:
+        """The summaries, or one made of `summary` alone, covering the evicted messages."""
+        if self.summaries or self.summary is None:
+            return self.summaries
+        covered = sum(not m.in_context for m in self.messages)
+        return [SummaryPart(text=self.summary, covers_messages=covered, created_at=now)]
+
+
+def _place(error: ErrorDetails) -> str:
+    """messages[3].created_at, from ('messages', 3, 'created_at')."""
+    where = ""
+    for step in error["loc"]:
+        where += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return where.lstrip(".") or "the export"
+
+
+def parse_export(doc: Any) -> Export:
+    """The document as an `Export`, or `BadExport` saying where it is wrong."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise BadExport('this is not a Companion export (no "format": "companion-export")')
     if doc.get("version") != VERSION:
         raise BadExport(f"export version {doc.get('version')!r} is not supported (want {VERSION})")
-    for key in ("blocks", "messages", "passages"):
-        if not isinstance(doc.get(key), list):
-            raise BadExport(f"the export has no list of {key}")
-    return doc
+    try:
+        return Export.model_validate(doc)
+    except ValidationError as error:
+        first, *rest = error.errors(include_url=False)
+        more = f" (and {len(rest)} more)" if rest else ""
+        message = first["msg"][0].lower() + first["msg"][1:]
+        raise BadExport(f"the export is damaged: {_place(first)}: {message}{more}") from None
 
 
 async def _has_memory(session: AsyncSession, scope: Scope) -> int:
@@ -137,92 +254,60 @@ async def clear_memory(session: AsyncSession, scope: Scope) -> None:
 async def import_agent(
     session: AsyncSession,
     scope: Scope,
-    doc: Any,
+    export: Export,
     config: EngineConfig,
     now: datetime,
     embedder: Embedder | None = None,
     replace: bool = False,
 ) -> dict[str, int]:
     """Restore an export into the agent at `scope`; returns what was restored, by kind."""
-    doc = _check(doc)
-    try:
-        return await _restore(session, scope, doc, config, now, embedder, replace)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise BadExport(f"the export is damaged ({type(error).__name__}: {error})") from None
-
-
-async def _restore(
-    session: AsyncSession,
-    scope: Scope,
-    doc: dict[str, Any],
-    config: EngineConfig,
-    now: datetime,
-    embedder: Embedder | None,
-    replace: bool,
-) -> dict[str, int]:
     existing = await _has_memory(session, scope)
     if existing and not replace:
         raise ImportConflict(scope.agent_id, existing)
     await clear_memory(session, scope)
-    store = AgentStore(session, scope)
-    for i, block in enumerate(doc["blocks"]):
-        if not isinstance(block, dict) or not isinstance(block.get("value"), str):
-            raise BadExport(f"blocks[{i}] has no text value")
-        raw_limit = block.get("limit") or config.human_limit
-        if not isinstance(raw_limit, int) or isinstance(raw_limit, bool):
-            raise BadExport(f"blocks[{i}] has a limit that is not a whole number")
-        limit = raw_limit
-        session.add(
+    await _restore(AgentStore(session, scope), export, config, now, embedder)
+    return {
+        "blocks": len(export.blocks),
+        "messages": len(export.messages),
+        "passages": len(export.passages),
+    }
+
+
+async def _restore(
+    store: AgentStore,
+    export: Export,
+    config: EngineConfig,
+    now: datetime,
+    embedder: Embedder | None,
+) -> None:
+    scope = store.scope
+    for block in export.blocks:
+        store.session.add(
             Block(
                 tenant_id=scope.tenant_id,
                 agent_id=scope.agent_id,
-                label=str(block["label"]),
-                value=clean_text(block["value"]),
-                char_limit=max(limit, len(block["value"])),  # an import never cuts a block
+                label=block.label,
+                value=block.value,
+                # An import never cuts a block.
+                char_limit=max(block.limit or config.human_limit, len(block.value)),
             )
         )
     counter = TokenCounter()
-    for i, item in enumerate(doc["messages"]):
-        if not isinstance(item, dict) or item.get("role") not in ROLES:
-            raise BadExport(f"messages[{i}] has no valid role")
-        if not isinstance(item.get("content"), str | None):
-            raise BadExport(f"messages[{i}] has content that is not text")
-        await store.append(
-            _when(item, f"messages[{i}]"),
-            lambda m: counter.count_message(render(m, config.max_message_tokens)),
-            role=item["role"],
-            content=clean_text(item["content"]) if item.get("content") is not None else None,
-            tool_calls=item.get("tool_calls"),
-            tool_call_id=item.get("tool_call_id"),
-            search_text=item.get("search_text")
-            if "search_text" in item
-            else (item.get("content") if item["role"] == "user" else None),
-            in_context=bool(item.get("in_context", False)),
-        )
-    for i, item in enumerate(doc.get("summaries") or []):
-        await store.add_summary(
-            item["text"],
-            int(item.get("covers_messages", 0)),
-            counter.count(item["text"]) + 40,
-            _when(item, f"summaries[{i}]"),
-        )
-    if isinstance(doc.get("summary"), str) and not doc.get("summaries"):
-        covered = sum(1 for m in doc["messages"] if not m.get("in_context", False))
-        await store.add_summary(doc["summary"], covered, counter.count(doc["summary"]) + 40, now)
-    texts = [p.get("text") for p in doc["passages"]]
-    if not all(isinstance(t, str) and t for t in texts):
-        raise BadExport("every passage needs a non-empty text")
+
+    def tokens_of(message: Message) -> int:
+        return counter.count_message(render(message, config.max_message_tokens))
+
+    for item in export.messages:
+        fields = item.model_dump(exclude={"created_at"})
+        await store.append(item.created_at, tokens_of, **fields)
+    for summary in export.all_summaries(now):
+        tokens = counter.count(summary.text) + 40
+        await store.add_summary(summary.text, summary.covers_messages, tokens, summary.created_at)
+    texts = [passage.text for passage in export.passages]
     vectors: list[Any] = [None] * len(texts)
     if embedder is not None:
         for start in range(0, len(texts), 64):
             vectors[start : start + 64] = await embedder.embed(texts[start : start + 64])
-    for i, (item, vector) in enumerate(zip(doc["passages"], vectors, strict=True)):
-        await store.add_passage(
-            clean_text(item["text"]), _when(item, f"passages[{i}]"), item.get("source"), vector
-        )
-    await session.flush()
-    return {
-        "blocks": len(doc["blocks"]),
-        "messages": len(doc["messages"]),
-        "passages": len(doc["passages"]),
-    }
+    for passage, vector in zip(export.passages, vectors, strict=True):
+        await store.add_passage(passage.text, passage.created_at, passage.source, vector)
+    await store.session.flush()

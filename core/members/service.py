@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import BadSetting
-from core.members.portability import export_agent, import_agent
+from core.members.portability import Export, export_agent, import_agent
 from core.memory.store import AgentStore
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder
@@ -190,19 +190,18 @@ class Members:
             return scope is not None
 
     async def admin_import(
-        self, tenant: str, actor: str, user: str, doc: Any, replace: bool = False
+        self, tenant: str, actor: str, user: str, export: Export, replace: bool = False
     ) -> dict[str, int]:
-        """Restore an export into a member, waiting for any turn in progress to end.
+        """Restore an export (see `parse_export`) into a member, after any turn in progress.
 
-        Raises `ImportConflict` when the member has memory and `replace` is not set, and
-        `BadExport` for a damaged document; either way nothing is written.
+        Raises `ImportConflict` when the member has memory and `replace` is not set; then
+        nothing is written.
         """
-        display_name = doc.get("display_name") if isinstance(doc, dict) else None
         async with self.sessions() as session, session.begin():
-            scope = await ensure_agent(session, tenant, user, self.config, display_name)
+            scope = await ensure_agent(session, tenant, user, self.config, export.display_name)
             await AgentStore(session, scope).lock_agent()  # a running turn finishes first
             counts = await import_agent(
-                session, scope, doc, self.config, self.clock(), self.embedder, replace
+                session, scope, export, self.config, self.clock(), self.embedder, replace
             )
             await self._audit_in(
                 session, tenant, actor, "import", user, {**counts, "replace": replace}
