@@ -119,22 +119,52 @@ def split_message(text: str, limit: int) -> list[str]:
     return parts
 
 
+# Inline markdown, leftmost first; at one place the first alternative wins. Emphasis needs
+# text against its markers and no letter outside them (5*3*2 and snake_case stay as they are).
+_INLINE = re.compile(
+    r"(?P<code>``[^\n]+?``|`[^`\n]+`)"
+    r"|!?\[(?P<label>[^\]\n]+)\]\((?P<url>(?:https?://|mailto:)[^)\s]+)\)"
+    r"|(?<!\*)\*\*(?=\S)(?P<bold>.+?)(?<=\S)\*\*(?!\*)"
+    r"|(?<!\w)__(?=\S)(?P<bold_>.+?)(?<=\S)__(?!\w)"
+    r"|~~(?=\S)(?P<strike>.+?)(?<=\S)~~"
+    r"|(?<![\w*])\*(?=[^\s*])(?P<em>.+?)(?<=[^\s*])\*(?![\w*])"
+    r"|(?<!\w)_(?=[^\s_])(?P<em_>.+?)(?<=[^\s_])_(?!\w)"
+)
+_HEADING = re.compile(r" {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
+_BULLET = re.compile(r"^([ \t]*)[*+][ \t]+(?=\S)")
+
+
+def _inline(text: str) -> str:
+    return _INLINE.sub(_to_mrkdwn, text)
+
+
+def _to_mrkdwn(match: re.Match[str]) -> str:
+    if match["code"]:
+        return match["code"]
+    if match["url"]:
+        return f"<{match['url']}|{_inline(match['label'])}>"
+    if match["bold"] or match["bold_"]:
+        return f"*{_inline(match['bold'] or match['bold_'])}*"
+    if match["strike"]:
+        return f"~{_inline(match['strike'])}~"
+    return f"_{_inline(match['em'] or match['em_'])}_"
+
+
+def _line(line: str) -> str:
+    heading = _HEADING.fullmatch(line)
+    if heading:  # bold as a whole: bold inside would close it early
+        return "*" + _inline(heading[1].replace("**", "").replace("__", "")) + "*"
+    return _inline(_BULLET.sub(r"\1• ", line, count=1))
+
+
 def to_slack_mrkdwn(text: str) -> str:
-    """Common markdown to Slack's mrkdwn, leaving code blocks and inline code alone."""
+    """Common markdown to Slack's mrkdwn, leaving code blocks and code spans alone.
+
+    **bold** and __bold__ become *bold*, *italic* and _italic_ become _italic_, ~~struck~~
+    becomes ~struck~, a link or image [label](https://...) becomes <https://...|label>, a
+    heading a bold line and a `*` bullet a `•` (Slack would read a lone `*` as the start of bold).
+    """
     out = []
     for segment, header in _segments(text) or [(text, None)]:
-        if header is not None:
-            out.append(segment)
-            continue
-        pieces = re.split(r"(`[^`\n]+`)", segment)
-        for i, piece in enumerate(pieces):
-            if i % 2:
-                continue
-            piece = re.sub(r"\*\*(.+?)\*\*", r"*\1*", piece)
-            piece = re.sub(r"__(.+?)__", r"*\1*", piece)
-            piece = re.sub(r"~~(.+?)~~", r"~\1~", piece)
-            piece = re.sub(r"\[([^\]]+)\]\((https?://[^)\s]+)\)", r"<\2|\1>", piece)
-            piece = re.sub(r"^#{1,6}\s+(.+)$", r"*\1*", piece, flags=re.MULTILINE)
-            pieces[i] = piece
-        out.append("".join(pieces))
+        out.append(segment if header else "\n".join(map(_line, segment.split("\n"))))
     return "".join(out)

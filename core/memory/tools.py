@@ -25,15 +25,13 @@ from core.models import Block
 from core.ports import Embedder
 
 SNIPPET_CHARS = 400
-MAX_REPLY_CHARS = 10_000  # a few posts on any platform
 MAX_QUERY_CHARS = 1_000
 MAX_NAME_CHARS = 100
 MAX_PAGE = 100_000
 
-# Every argument has a cap. Text to keep may be as long as a member's message; a reply is
-# posted, so it is shorter; queries, labels and dates are short.
-Kept = Annotated[str, Field(max_length=MAX_EVENT_CHARS)]
-Reply = Annotated[str, Field(max_length=MAX_REPLY_CHARS)]
+# Every argument has a cap. Text to send or keep may be as long as a member's message;
+# queries, labels and dates are short.
+Text = Annotated[str, Field(max_length=MAX_EVENT_CHARS)]
 Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 PageNumber = Annotated[int, Field(le=MAX_PAGE)]
@@ -116,7 +114,7 @@ def _parse_date(value: str, name: str) -> date:
         raise ToolError(f"{name} must be a date as YYYY-MM-DD, got {value!r}") from None
 
 
-async def send_message(ctx: ToolContext, message: Reply) -> str:
+async def send_message(ctx: ToolContext, message: Text) -> str:
     """Send a message to the person. This is the only thing they see; it ends your turn.
 
     message: the text to send (markdown is fine)
@@ -136,7 +134,7 @@ async def send_message(ctx: ToolContext, message: Reply) -> str:
 
 
 async def core_memory_append(
-    ctx: ToolContext, label: Name, content: Kept, request_heartbeat: bool = False
+    ctx: ToolContext, label: Name, content: Text, request_heartbeat: bool = False
 ) -> str:
     """Add a line to a block of your working context (always in view, size-limited).
 
@@ -154,8 +152,8 @@ async def core_memory_append(
 async def core_memory_replace(
     ctx: ToolContext,
     label: Name,
-    old_content: Kept,
-    new_content: Kept,
+    old_content: Text,
+    new_content: Text,
     request_heartbeat: bool = False,
 ) -> str:
     """Replace text in a block of your working context; an empty new_content deletes it.
@@ -222,7 +220,7 @@ async def conversation_search_date(
 
 
 async def archival_memory_insert(
-    ctx: ToolContext, content: Kept, request_heartbeat: bool = False
+    ctx: ToolContext, content: Text, request_heartbeat: bool = False
 ) -> str:
     """Store text in archival memory: unlimited, kept forever, found again by meaning.
 
