@@ -1,0 +1,35 @@
+"""The documentation names every setting the code reads: README's table and .env.example.
+
+README sentences are taken literally by people deploying the bot; a setting that exists only
+in the code is a setting nobody can find.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import ROOT
+
+READ = re.compile(r"""(?:env\.get|_int|_text|_flag)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']""")
+READERS = ("bot/settings.py", "bot/observability.py")  # where the environment is read
+
+
+def settings_read() -> set[str]:
+    source = "".join((ROOT / path).read_text() for path in READERS)
+    names = set(READ.findall(source))
+    assert len(names) > 20, "the pattern no longer finds the settings"
+    return names
+
+
+def test_every_setting_is_in_the_readme_table():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = sorted(n for n in settings_read() if f"`{n}`" not in table)
+    assert missing == [], f"README's Configuration table lacks {missing}"
+
+
+def test_every_setting_is_in_the_env_example():
+    example = (ROOT / "deploy" / ".env.example").read_text()
+    present = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
+    missing = sorted(settings_read() - present)
+    assert missing == [], f"deploy/.env.example lacks {missing}"
