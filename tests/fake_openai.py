@@ -7,6 +7,8 @@ response body (helpers below build them). `fail_next` queues HTTP failures first
 
 It counts prompt tokens on its own (tiktoken, its own framing), optionally inflated to play
 a provider whose tokenizer counts more, and reports them in `usage` like a real provider.
+With `context_window` set it refuses a prompt that does not fit, as OpenAI does (HTTP 400,
+code `context_length_exceeded`); unset, it is a lenient server that takes anything.
 """
 
 from __future__ import annotations
@@ -157,6 +159,7 @@ class FakeOpenAI:
         # True: honours `dimensions` like text-embedding-3; False: refuses it like ada-002
         self.accepts_dimensions = True
         self.delay = 0.0
+        self.context_window: int | None = None  # set: refuse prompts that do not fit
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
         self.failures: list[tuple[int, dict[str, str], str]] = []
@@ -181,6 +184,9 @@ class FakeOpenAI:
             return web.Response(
                 status=status, text=text, headers=headers, content_type="application/json"
             )
+        too_long = self._too_long(body)
+        if too_long is not None:
+            return too_long
         if self.delay:
             await asyncio.sleep(self.delay)
         answer = self.brain(body)
@@ -197,6 +203,23 @@ class FakeOpenAI:
             },
         )
         return web.json_response(answer)
+
+    def _too_long(self, body: dict[str, Any]) -> web.Response | None:
+        """OpenAI's answer to a prompt (plus the room asked for the reply) over the window."""
+        if self.context_window is None:
+            return None
+        prompt = int(count_prompt(body) * self.inflation)
+        if prompt + (body.get("max_tokens") or 0) <= self.context_window:
+            return None
+        error = {
+            "message": f"This model's maximum context length is {self.context_window} tokens. "
+            f"However, your messages resulted in {prompt} tokens. Please reduce the length "
+            "of the messages.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        return web.json_response({"error": error}, status=400)
 
     async def _embeddings(self, request: web.Request) -> web.Response:
         body = await request.json()
