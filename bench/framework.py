@@ -51,7 +51,8 @@ from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
 from core.memory.prompt import INSTRUCTIONS
 from core.memory.tokens import TokenCounter
-from core.memory.turn import Mind, check_window, tools_tokens
+from core.memory.turn import Mind
+from core.memory.window import check_window, tools_tokens
 from core.ports import ChatModel, Completion
 from core.runtime.engine import Engine
 from core.scope import Scope

@@ -24,7 +24,8 @@ from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.service import Members
 from core.memory.tokens import TokenCounter
-from core.memory.turn import Mind, check_window
+from core.memory.turn import Mind
+from core.memory.window import check_window
 from core.ports import ChatModel, Embedder
 from core.runtime.engine import Engine
 

@@ -44,7 +44,14 @@ class ModelOutputError(ModelError):
 
 
 class PromptTooLong(ModelError):
-    """The provider refused the prompt as longer than its context window."""
+    """The provider refused the prompt as longer than its context window.
+
+    `prompt_tokens` is the provider's own count of the prompt, when its error said it.
+    """
+
+    def __init__(self, message: str, prompt_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
 
 
 class EmbeddingError(CompanionError):

@@ -3,19 +3,54 @@
 Works with any endpoint that speaks the OpenAI chat-completions and embeddings wire format
 (OpenAI, vLLM, Ollama, llama.cpp, LM Studio...). Retries with backoff on 429 and 5xx come
 from the `openai` client itself (it honours Retry-After); what still fails becomes a
-`ModelError` whose message says what happened.
+`ModelError` whose message says what happened, and a prompt the server refuses as longer
+than its context window becomes `PromptTooLong` (the turn then flushes and retries).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
 import openai
 
-from core.errors import EmbeddingError, ModelError, ModelOutputError, WrongDimension
+from core.errors import (
+    EmbeddingError,
+    ModelError,
+    ModelOutputError,
+    PromptTooLong,
+    WrongDimension,
+)
 from core.ports import Completion, ToolCall
+
+# How servers say a prompt is over their window: OpenAI's error code, else its wording
+# (OpenAI, vLLM: "maximum context length"; llama.cpp: "exceeds the available context size";
+# LM Studio: "context length"; others: "context window").
+TOO_LONG_CODE = "context_length_exceeded"
+TOO_LONG_WORDS = re.compile(
+    r"context (length|window|size)|maximum context|prompt is too long|too many tokens", re.I
+)
+# The server's own count of the prompt: "(9000 in the messages" (vLLM, older OpenAI) or
+# "your messages resulted in 9876 tokens" (OpenAI).
+PROMPT_COUNT = re.compile(r"(\d[\d,]*) in the messages|resulted in (\d[\d,]*) tokens", re.I)
+
+
+def _too_long(error: openai.OpenAIError) -> PromptTooLong | None:
+    """`PromptTooLong` if the server refused the prompt as longer than its window."""
+    if not isinstance(error, openai.APIStatusError) or error.status_code not in (400, 413, 422):
+        return None
+    text = str(error.message)
+    if error.code != TOO_LONG_CODE and not TOO_LONG_WORDS.search(text):
+        return None
+    found = PROMPT_COUNT.search(text)
+    count = next((g for g in found.groups() if g), None) if found else None
+    return PromptTooLong(
+        f"the model endpoint refused the prompt as longer than its context window "
+        f"(HTTP {error.status_code}: {text[:200]})",
+        int(count.replace(",", "")) if count else None,
+    )
 
 
 def _describe(error: Exception) -> str:
@@ -50,7 +85,7 @@ class OpenAIChat:
         try:
             response = await self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as error:
-            raise ModelError(_describe(error)) from error
+            raise (_too_long(error) or ModelError(_describe(error))) from error
         except ValueError as error:  # a body that is not JSON, or not a completion
             raise ModelOutputError(
                 f"the model endpoint sent an unreadable answer: {error}"

@@ -150,7 +150,7 @@ async def test_metrics_count_events_model_calls_tokens_flushes_and_errors(
     assert value(found, "companion_errors_total", kind="model") == 1
     assert value(found, "companion_flushes_total") == 1
     assert value(found, "companion_warnings_total") >= 1
-    model_calls = len(fake.chat_requests) - 1  # the last one failed
+    model_calls = len(fake.requests) - 1  # summary calls included; the last one failed
     assert value(found, "companion_model_seconds_count") == model_calls
     assert value(found, "companion_model_seconds_sum") > 0
     assert value(found, "companion_completion_tokens_total") == 10 * model_calls

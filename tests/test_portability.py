@@ -224,7 +224,7 @@ async def test_functions_round_trip_passages_summary_and_timestamps(
         clock.now = T0 + timedelta(minutes=5 * i)
         await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
     async with sessions() as session, session.begin():
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, engine.mind.config.max_message_tokens)
         await store.add_passage("Miso is a grey tabby", T0 - timedelta(days=30), "note", None)
         await store.add_passage("Alice's sister lives in Lyon", T0 - timedelta(days=2))
         first_turn = (await store.in_context())[:3]  # "hello", the call, its result

@@ -42,7 +42,7 @@ class Embedder:
 async def notes_stored(sessions):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         for note in NOTES:
             await store.add_passage(note, NOW, "agent", embed_text(note, 16))
         await store.add_passage("never embedded chess opening", NOW, "agent", None)
@@ -99,7 +99,7 @@ async def test_an_interrupted_change_keeps_the_old_vectors_and_the_next_run_fini
 async def test_reembed_missing_only_touches_passages_without_vectors(sessions):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         await store.add_passage("has one", NOW, None, embed_text("has one", 16))
         await store.add_passage("lacks one", NOW, None, None)
     assert await reembed(sessions, Embedder(16), only_missing=True) == 1

@@ -32,7 +32,7 @@ MEMBER_TABLES = ["blocks", "messages", "summaries", "passages", "events", "outbo
 async def _member_with_data(sessions, tenant, user, secret):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, tenant, user, EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         await store.append(NOW, role="user", content=secret, search_text=secret)
         await store.add_passage(secret, NOW, "agent", None)
         await store.add_summary(secret, 1, 10, NOW)

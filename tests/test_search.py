@@ -15,7 +15,7 @@ T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 async def _agent_with(sessions, lines, user="u"):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", user, EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         for i, (role, text) in enumerate(lines):
             await store.append(T0 + timedelta(hours=i), role=role, content=text, search_text=text)
     return scope
@@ -88,7 +88,7 @@ async def test_archival_search_by_meaning_and_by_words(sessions):
     ]
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         for i, text in enumerate(texts):
             await store.add_passage(text, T0 + timedelta(minutes=i), "agent", embed_text(text, 16))
     async with sessions() as session, session.begin():
@@ -106,11 +106,11 @@ async def test_vector_search_stays_within_the_agent_among_many(sessions):
         mine = await ensure_agent(session, "t", "me", EngineConfig())
         other = await ensure_agent(session, "t", "other", EngineConfig())
         for i in range(400):
-            await AgentStore(session, other).add_passage(
+            await AgentStore(session, other, 2048).add_passage(
                 f"other note {i}", T0, None, embed_text(f"cooking note {i}", 16)
             )
         for i in range(6):
-            await AgentStore(session, mine).add_passage(
+            await AgentStore(session, mine, 2048).add_passage(
                 f"my note {i}", T0, None, embed_text(f"garden note {i}", 16)
             )
     async with sessions() as session, session.begin():

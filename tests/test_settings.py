@@ -5,7 +5,7 @@ import pytest
 from bot.settings import Settings
 from core.config import EngineConfig, window_for
 from core.errors import ConfigError, ContextTooSmall
-from core.memory.turn import check_window
+from core.memory.window import check_window
 
 
 def test_known_windows_tolerate_prefixes_and_tags():

@@ -33,7 +33,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.errors import BadExport, ImportConflict
 from core.events import EventStatus, clean_text
-from core.memory.prompt import render
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
@@ -265,7 +264,8 @@ async def import_agent(
     if existing and not replace:
         raise ImportConflict(scope.agent_id, existing)
     await clear_memory(session, scope)
-    await _restore(AgentStore(session, scope), export, config, now, embedder)
+    store = AgentStore(session, scope, config.max_message_tokens)
+    await _restore(store, export, config, now, embedder)
     return {
         "blocks": len(export.blocks),
         "messages": len(export.messages),
@@ -292,16 +292,11 @@ async def _restore(
                 char_limit=max(block.limit or config.human_limit, len(block.value)),
             )
         )
-    counter = TokenCounter()
-
-    def tokens_of(message: Message) -> int:
-        return counter.count_message(render(message, config.max_message_tokens))
-
     for item in export.messages:
         fields = item.model_dump(exclude={"created_at"})
-        await store.append(item.created_at, tokens_of, **fields)
+        await store.append(item.created_at, **fields)  # the store counts each message
     for summary in export.all_summaries(now):
-        tokens = counter.count(summary.text) + 40
+        tokens = TokenCounter.count(summary.text) + 40
         await store.add_summary(summary.text, summary.covers_messages, tokens, summary.created_at)
     texts = [passage.text for passage in export.passages]
     vectors: list[Any] = [None] * len(texts)

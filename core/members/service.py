@@ -199,7 +199,8 @@ class Members:
         """
         async with self.sessions() as session, session.begin():
             scope = await ensure_agent(session, tenant, user, self.config, export.display_name)
-            await AgentStore(session, scope).lock_agent()  # a running turn finishes first
+            store = AgentStore(session, scope, self.config.max_message_tokens)
+            await store.lock_agent()  # a running turn finishes first
             counts = await import_agent(
                 session, scope, export, self.config, self.clock(), self.embedder, replace
             )

@@ -1,6 +1,7 @@
 """The MemGPT memory model: one agent turn, the main context and the storage behind it.
 
 turn.py       one turn: trigger message, then model -> functions until the chain ends
+window.py     the main context of a turn, fitted to the window (warn, flush, cut)
 prompt.py     pure assembly of the main context (instructions, blocks, summary, FIFO)
 queue.py      pure queue-manager decisions: pressure (ok / warn / flush), evict_until
 summarize.py  the recursive summary call

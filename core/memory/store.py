@@ -3,25 +3,34 @@
 `AgentStore` wraps a session and a `Scope` (tenant id, agent id); every query it makes
 filters on both. Search lives in `core.memory.search`; whole-agent data moves in
 `core.members.portability`.
+
+It is the one place a message enters the FIFO queue, so it counts every message it stores
+(`prompt.message_tokens`, for the deployment's `max_message_tokens`), whatever the path:
+a turn, a refused or failed event, an import. Reading the queue back counts again: a row
+stored before every path counted, or counted for another window, is repaired, never
+trusted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory.prompt import message_tokens
 from core.models import Agent, Block, Message, Passage, Reply, Summary
 from core.scope import Scope
 
 
 class AgentStore:
-    def __init__(self, session: AsyncSession, scope: Scope) -> None:
+    def __init__(self, session: AsyncSession, scope: Scope, max_message_tokens: int) -> None:
         self.session = session
         self.scope = scope
+        self.max_message_tokens = max_message_tokens
 
     def _mine(self, model: Any) -> Any:
         return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
@@ -44,21 +53,30 @@ class AgentStore:
         rows = await self.session.scalars(select(Block).where(self._mine(Block)))
         return {block.label: block for block in rows}
 
-    async def in_context(self) -> list[Message]:
-        rows = await self.session.scalars(
-            select(Message).where(self._mine(Message), Message.in_context).order_by(Message.id)
-        )
-        return list(rows)
+    def _count(self, message: Message) -> int:
+        return message_tokens(message, self.max_message_tokens)
 
-    async def append(
-        self, now: datetime, tokens: Callable[[Message], int] | None = None, **fields: Any
-    ) -> Message:
-        """Store a message (in the FIFO queue); `tokens` counts it before the insert."""
+    async def in_context(self) -> list[Message]:
+        """The FIFO queue, oldest first, each message recounted (a wrong count is repaired)."""
+        rows = list(
+            await self.session.scalars(
+                select(Message).where(self._mine(Message), Message.in_context).order_by(Message.id)
+            )
+        )
+        # Tokenizing a long queue is CPU work: off the event loop.
+        counts = await asyncio.to_thread(lambda: [self._count(m) for m in rows])
+        for message, tokens in zip(rows, counts, strict=True):
+            if message.tokens != tokens:
+                message.tokens = tokens
+        return rows
+
+    async def append(self, now: datetime, **fields: Any) -> Message:
+        """Store a message, in the FIFO queue unless `in_context=False`, and count it."""
         fields.setdefault("in_context", True)
         message = Message(
             tenant_id=self.scope.tenant_id, agent_id=self.scope.agent_id, created_at=now, **fields
         )
-        message.tokens = tokens(message) if tokens else 0
+        message.tokens = self._count(message)
         self.session.add(message)
         await self.session.flush()
         return message

@@ -1,9 +1,10 @@
 """Recursive summaries: the old summary plus the evicted messages make the new one.
 
-A separate model call, with no tools. Its input is kept inside the window by folding the
-evicted messages in chunks. If the model fails or answers with nothing, the summary falls
-back to the old one plus a plain note of what was evicted: a summary is never lost, and the
-messages themselves stay in recall storage either way.
+A separate model call, with no tools, through the turn's metered model (so budgets and
+metrics see it). Its input is kept inside the window by folding the evicted messages in
+chunks, after the old summary cut to a summary's size. If the model fails or answers with
+nothing, the summary falls back to the old one plus a plain note of what was evicted: a
+summary is never lost, and the messages themselves stay in recall storage either way.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ async def summarize(
     # Room for the new messages: the window less the answer, instructions and old summary.
     prompt_room = int((config.context_window - max_tokens) / counter.ratio)
     room = max(prompt_room - counter.count(system) - max_tokens - 64, 200)
+    previous = truncate_to_tokens(previous, max_tokens) if previous else previous
     summary = previous
     for chunk in _chunks([transcript_line(m) for m in evicted], counter, room):
         prompt = [

@@ -4,31 +4,32 @@
 
 `Turn.run` keeps calling the model while the chain continues: a function other than
 send_message ran, a call failed, or one asked for a heartbeat. It ends after `max_steps`
-model calls, or when send_message is called more than `max_sends` times. `fit_prompt` is the queue
-manager at work: a memory-pressure alert at the warning watermark (once per episode), and
-a flush with a new recursive summary when the next prompt would not fit.
+model calls, or when send_message is called more than `max_sends` times. Each prompt comes
+from `MainContext.fit` (core.memory.window), which keeps it inside the window whatever the
+database holds. A provider that still refuses a prompt as too long makes the turn distrust
+its counts, force a flush and try once more. Every model call, summaries included, goes
+through `MeteredModel`, which charges it to the turn's result (what budgets and metrics
+read).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from core.config import EngineConfig
-from core.errors import ContextTooSmall, ModelOutputError
+from core.errors import ModelOutputError, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.executor import SCHEMAS, Outcome, execute
-from core.memory.prompt import INSTRUCTIONS, assemble, render
-from core.memory.queue import Pressure, evict_until, pressure
+from core.memory.prompt import cut_arguments
 from core.memory.store import AgentStore
-from core.memory.summarize import summarize
 from core.memory.tokens import TokenCounter
 from core.memory.tools import ToolContext
-from core.models import Agent, Event, Message, Summary
+from core.memory.window import Fitted, MainContext
+from core.models import Agent, Event
 from core.ports import (
     ChatModel,
     Completion,
@@ -40,12 +41,8 @@ from core.ports import (
     ToolCall,
 )
 
-MAX_ARGUMENT_CHARS = 8000
-PRESSURE_ALERT = (
-    "memory pressure: the conversation now fills {pct}% of your context window. The oldest "
-    "messages will soon be summarised and leave view (they stay in recall storage). Save "
-    "anything important to working context or archival memory now."
-)
+log = logging.getLogger(__name__)
+
 STEP_CAP_NOTE = "step limit reached: your turn was ended after {n} steps."
 STEP_CAP_REPLY = "(I went round in circles thinking about that. Could you say it another way?)"
 SEND_CAP_NOTE = (
@@ -69,7 +66,8 @@ class TurnResult:
     steps: list[Step] = field(default_factory=list)
     warnings: int = 0
     flushes: int = 0
-    tokens: int = 0  # prompt + completion tokens of every model call in the turn
+    tokens: int = 0  # prompt + completion tokens of every model call, summaries included
+    model_calls: int = 0  # answered model calls, summaries included
     error: str | None = None
 
 
@@ -84,17 +82,35 @@ class Mind:
     metrics: Metrics = field(default_factory=NoMetrics)
 
 
-def check_window(config: EngineConfig) -> None:
-    """Refuse a window too small for instructions, schemas, full blocks and one message."""
-    fixed = TokenCounter.count(INSTRUCTIONS) + tools_tokens()
-    fixed += (config.persona_limit + config.human_limit) // 3
-    needed = fixed + config.max_summary_tokens + config.max_message_tokens + config.reply_reserve
-    if needed > config.prompt_budget + config.reply_reserve:
-        raise ContextTooSmall(
-            f"a context window of {config.context_window} tokens is too small for the "
-            f"instructions, function schemas and working context ({fixed} tokens) plus a "
-            "summary, a message and a reply; raise COMPANION_CONTEXT_WINDOW"
-        )
+@dataclass
+class MeteredModel:
+    """The chat model as a turn uses it: each call timed, calibrating the counter and
+    charged to `result` and the metrics, whoever makes it (the turn or the summarizer)."""
+
+    mind: Mind
+    result: TurnResult
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        estimate: int | None = None,
+    ) -> Completion:
+        """`estimate`: our raw count of the prompt when the caller has it (else counted)."""
+        counter, metrics = self.mind.counter, self.mind.metrics
+        raw = estimate if estimate is not None else counter.count_prompt(messages, tools)
+        started = time.perf_counter()
+        completion = await self.mind.model.complete(messages, tools, max_tokens)
+        metrics.observe(Timer.MODEL, time.perf_counter() - started)
+        counter.calibrate(raw, completion.prompt_tokens)
+        prompt_tokens = completion.prompt_tokens or counter.scale(raw)
+        completion_tokens = completion.completion_tokens or 0
+        metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
+        metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
+        self.result.tokens += prompt_tokens + completion_tokens
+        self.result.model_calls += 1
+        return completion
 
 
 def _cleaned(completion: Completion) -> Completion:
@@ -109,19 +125,14 @@ def _cleaned(completion: Completion) -> Completion:
 def _tool_calls_json(completion: Completion) -> list[dict[str, Any]] | None:
     if not completion.tool_calls:
         return None
-    calls = []
-    for call in completion.tool_calls:
-        arguments = call.arguments
-        if len(arguments) > MAX_ARGUMENT_CHARS:
-            arguments = json.dumps({"cut": f"{len(call.arguments)} characters of arguments"})
-        calls.append(
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name[:200], "arguments": arguments},
-            }
-        )
-    return calls
+    return [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name[:200], "arguments": cut_arguments(call.arguments)},
+        }
+        for call in completion.tool_calls
+    ]
 
 
 class Turn:
@@ -141,27 +152,24 @@ class Turn:
         self.now = now
         self.timezone = timezone
         self.result = TurnResult(event.id)
-        self.queue: list[Message] = []
-        self.protect: Message | None = None
-        self.summary: Summary | None = None  # FIFO slot 0, loaded once per turn
-
-    async def _append(self, **fields: Any) -> Message:
-        message = await self.store.append(
-            self.now, self._tokens_of, event_id=self.event.id, **fields
+        self.model = MeteredModel(mind, self.result)
+        self.context = MainContext(
+            store,
+            agent,
+            self.model,
+            mind.counter,
+            mind.config,
+            mind.metrics,
+            event.id,
+            now,
+            timezone,
         )
-        self.queue.append(message)
-        return message
-
-    def _tokens_of(self, message: Message) -> int:
-        return self.mind.counter.count_message(render(message, self.mind.config.max_message_tokens))
 
     async def run(self) -> TurnResult:
         config = self.mind.config
         blocks = await self.store.blocks()
-        self.queue = await self.store.in_context()
-        self.summary = await self.store.latest_summary()
         payload = self.event.payload
-        self.protect = await self._append(**trigger_fields(self.event.kind, payload["text"]))
+        await self.context.load(trigger_fields(self.event.kind, payload["text"]))
         tools = ToolContext(
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
@@ -170,28 +178,35 @@ class Turn:
             tools.may_send = False  # tidying memory, not talking
             max_steps = min(max_steps, config.schedule.upkeep_steps)
         for _ in range(max_steps):
-            prompt, tokens, raw = await self.fit_prompt(blocks)
-            completion = await self._complete(prompt, raw)
+            completion, tokens = await self._call(blocks)
             if not await self._step(completion, tools, tokens):
                 break
         else:
-            await self._append(role="system", content=STEP_CAP_NOTE.format(n=max_steps))
+            await self.context.append(role="system", content=STEP_CAP_NOTE.format(n=max_steps))
             if not tools.sent and self.event.kind == EventKind.USER_MESSAGE:
                 tools.sent.append(STEP_CAP_REPLY)
         self.result.replies = list(tools.sent)
+        self.result.warnings, self.result.flushes = self.context.warnings, self.context.flushes
         return self.result
 
-    async def _complete(self, prompt: list[dict[str, Any]], raw: int) -> Completion:
-        metrics, started = self.mind.metrics, time.perf_counter()
-        completion = await self.mind.model.complete(prompt, SCHEMAS, self.mind.config.reply_reserve)
-        metrics.observe(Timer.MODEL, time.perf_counter() - started)
-        self.mind.counter.calibrate(raw, completion.prompt_tokens)
-        prompt_tokens = completion.prompt_tokens or self.mind.counter.scale(raw)
-        completion_tokens = completion.completion_tokens or 0
-        metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
-        metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
-        self.result.tokens += prompt_tokens + completion_tokens
-        return completion
+    async def _call(self, blocks: dict) -> tuple[Completion, int]:
+        """One model call on a fitted prompt: (its answer, the prompt's tokens).
+
+        Refused as too long (the provider counts more than we do), the turn trusts its
+        counts less, forces a flush and tries once more.
+        """
+        fitted = await self.context.fit(blocks)
+        try:
+            return await self._complete(fitted), fitted.tokens
+        except PromptTooLong as error:
+            log.warning("prompt of ~%d tokens refused, flushing to retry: %s", fitted.tokens, error)
+            self.mind.counter.distrust(fitted.raw, error.prompt_tokens)
+            fitted = await self.context.fit(blocks, flush=True)
+            return await self._complete(fitted), fitted.tokens
+
+    async def _complete(self, fitted: Fitted) -> Completion:
+        reserve = self.mind.config.reply_reserve
+        return await self.model.complete(fitted.prompt, SCHEMAS, reserve, estimate=fitted.raw)
 
     async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
         """Record the model's answer and run its calls; True when the chain goes on."""
@@ -202,7 +217,7 @@ class Turn:
         if not completion.tool_calls and not (thought or "").strip():
             self.result.steps.append(Step(thought, (), tokens))
             if self.event.kind == EventKind.USER_MESSAGE and not tools.sent:
-                await self._append(role="system", content=EMPTY_ANSWER_NOTE)
+                await self.context.append(role="system", content=EMPTY_ANSWER_NOTE)
                 return True  # a member who wrote gets an answer, not silence
             return False  # e.g. a scheduled interrupt: staying quiet is a choice
         if not completion.tool_calls:
@@ -211,101 +226,27 @@ class Turn:
             if thought and thought.strip() and not tools.sent:
                 said = thought.strip()
                 tools.sent.append(said)
-            await self._append(role="assistant", content=thought, search_text=said)
+            await self.context.append(role="assistant", content=thought, search_text=said)
             self.result.steps.append(Step(thought, (), tokens))
             return False
         sent_before = len(tools.sent)
         outcomes = [await execute(call, tools) for call in completion.tool_calls]
         # Stored after running, so the call carries what it said; ids keep the order.
         said = "\n".join(tools.sent[sent_before:]) or None
-        await self._append(
+        await self.context.append(
             role="assistant",
             content=thought,
             tool_calls=_tool_calls_json(completion),
             search_text=said,
         )
         for outcome in outcomes:
-            await self._append(role="tool", content=outcome.result, tool_call_id=outcome.call.id)
+            await self.context.append(
+                role="tool", content=outcome.result, tool_call_id=outcome.call.id
+            )
         self.result.steps.append(Step(thought, tuple(outcomes), tokens))
         if tools.refused_sends:
             note = SEND_CAP_NOTE.format(n=self.mind.config.max_sends, refused=tools.refused_sends)
-            await self._append(role="system", content=note)
+            await self.context.append(role="system", content=note)
             return False
         sent = any(o.ok and o.call.name == "send_message" for o in outcomes)
         return any(not o.ok or o.heartbeat for o in outcomes) or not sent
-
-    async def fit_prompt(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
-        """The prompt for the next call: warn or flush first if the queue manager says so."""
-        config = self.mind.config
-        prompt, tokens, raw = await self._assemble(blocks)
-        state = pressure(
-            tokens, config.warning_tokens, config.prompt_budget, self.agent.pressure_warned
-        )
-        if state is Pressure.WARN:
-            pct = 100 * tokens // config.context_window
-            await self._append(role="system", content=PRESSURE_ALERT.format(pct=pct))
-            self.agent.pressure_warned = True
-            self.result.warnings += 1
-            self.mind.metrics.count(Counter.WARNINGS)
-            prompt, tokens, raw = await self._assemble(blocks)
-        if tokens > config.prompt_budget:
-            await self._flush(tokens, raw)
-            prompt, tokens, raw = await self._assemble(blocks)
-        if tokens > config.prompt_budget:
-            raise ContextTooSmall(
-                f"the prompt needs {tokens} tokens even after eviction, over the budget of "
-                f"{config.prompt_budget}; the context window is too small"
-            )
-        return prompt, tokens, raw
-
-    async def _flush(self, tokens: int, raw: int) -> None:
-        config, counter = self.mind.config, self.mind.counter
-        previous = self.summary
-        queue_raw = sum(m.tokens for m in self.queue)
-        # Everything but the queue, with room for the new summary at its largest.
-        fixed = raw - queue_raw - (previous.tokens if previous else 0) + config.max_summary_tokens
-        target = int(config.target_tokens / counter.ratio)
-        evicted = evict_until(self.queue, fixed, target, self.protect)
-        if not evicted:
-            return
-        text = await summarize(
-            self.mind.model, counter, config, previous.text if previous else None, evicted
-        )
-        covers = (previous.covers_messages if previous else 0) + len(evicted)
-        await self.store.evict(evicted)
-        self.summary = await self.store.add_summary(
-            text, covers, counter.count(text) + 40, self.now
-        )
-        gone = {id(m) for m in evicted}
-        self.queue = [m for m in self.queue if id(m) not in gone]
-        self.agent.pressure_warned = False
-        self.result.flushes += 1
-        self.mind.metrics.count(Counter.FLUSHES)
-
-    async def _assemble(self, blocks: dict) -> tuple[list[dict[str, Any]], int, int]:
-        config, counter = self.mind.config, self.mind.counter
-        summary = self.summary
-        # The summary covers exactly the messages evicted so far: those only search can reach.
-        recall = summary.covers_messages if summary else 0
-        archival = await self.store.passage_count()
-        queue = [render(m, config.max_message_tokens) for m in self.queue]
-        prompt, used = assemble(
-            blocks=list(blocks.values()),
-            summary=(summary.text, summary.covers_messages) if summary else None,
-            queue=queue,
-            queue_tokens=sum(m.tokens for m in self.queue),
-            tools_tokens=tools_tokens(),
-            counter=counter,
-            window=config.context_window,
-            now=self.now,
-            timezone=self.timezone,
-            recall=recall,
-            archival=archival,
-        )
-        return prompt, used, int(used / counter.ratio)
-
-
-@cache
-def tools_tokens() -> int:
-    """Tokens the function schemas take in every prompt."""
-    return TokenCounter.count_tools(SCHEMAS)

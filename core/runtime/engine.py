@@ -180,7 +180,7 @@ class Engine:
             await enter_scope(session, scope)
             event_id, new = await self._insert_event(session, scope, event)
             if new:
-                store = AgentStore(session, scope)
+                store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 await store_document(store, name, chunks, self.clock(), self.mind.embedder)
         results = {r.event_id: r for r in await self.drain(scope)}
         if send is None:
@@ -194,7 +194,7 @@ class Engine:
         while True:
             async with self.sessions() as session, session.begin():
                 await enter_scope(session, scope)
-                store = AgentStore(session, scope)
+                store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 agent = await store.lock_agent()
                 event = await session.scalar(_pending(scope, Event).order_by(Event.id))
                 if event is None:
@@ -226,7 +226,8 @@ class Engine:
                 session, store, agent, event, now, user.timezone
             )
         if status != EventStatus.DONE:
-            # No turn happened (or it was rolled back): the member's words still go to recall.
+            # No turn happened (or it was rolled back): the member's words still go to recall,
+            # and into the FIFO queue, counted by the store like every message.
             await store.append(
                 now, event_id=event.id, **trigger_fields(event.kind, event.payload["text"])
             )
@@ -244,7 +245,7 @@ class Engine:
             now,
             self.mind.config.schedule,
         )
-        await record_usage(session, store.scope, result.tokens, len(result.steps), now)
+        await record_usage(session, store.scope, result.tokens, result.model_calls, now)
         metrics.count(Counter.EVENTS, kind=event.kind, status=status)
         metrics.observe(Timer.TURN, time.perf_counter() - started)
         result.replies = replies
@@ -274,8 +275,11 @@ class Engine:
             self.mind.metrics.count(Counter.ERRORS, kind="internal")
             reply, problem = INTERNAL_ERROR_REPLY, f"{type(error).__name__}: {error}"
         await session.refresh(agent)
-        failed = TurnResult(event.id, error=problem, tokens=turn.result.tokens)
-        failed.steps = turn.result.steps
+        spent = turn.result  # model calls made before the failure are still paid for
+        failed = TurnResult(
+            event.id, error=problem, tokens=spent.tokens, model_calls=spent.model_calls
+        )
+        failed.steps = spent.steps
         return failed, EventStatus.FAILED, [reply] if event.kind == EventKind.USER_MESSAGE else []
 
     async def converse(
