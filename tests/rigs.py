@@ -62,11 +62,16 @@ def slack_envelope(event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def slack_ts() -> str:
+    """A message time stamp no other event of this run has."""
+    return f"17{next(_ts):08d}.000100"
+
+
 def slack_message(
     user: str = "U1", text: str = "hello", channel: str = "D1", channel_type: str = "im", **extra
 ) -> dict[str, Any]:
     """A `message` event (a DM unless `channel_type` says otherwise) in its envelope."""
-    ts = f"17{next(_ts):08d}.000100"
+    ts = slack_ts()
     event = {
         "type": "message",
         "channel": channel,
