@@ -1,10 +1,15 @@
 """Shared fixtures: one embedded Postgres per test run, a fresh schema per test, a fake model.
 
-pg_url      the embedded server's URL (session-wide; started once, stopped at the end)
-schema      a new, migrated schema for this test: tests never see each other's rows
-sessions    a session factory bound to that schema
-fake        a FakeOpenAI server on loopback (the real `openai` client talks to it)
-make_engine build an Engine on `sessions` and `fake` with a chosen config and clock
+pg_url           the embedded server's URL (session-wide; started once, stopped at the end)
+schema           a new, migrated schema for this test: tests never see each other's rows
+sessions         a session factory bound to that schema
+fake             a FakeOpenAI server on loopback (the real `openai` client talks to it)
+clock            a clock the test moves by hand
+make_engine_for  build an Engine on `sessions` and `fake` with a chosen config and `clock`
+engine, members  an Engine with the default config, and the Members service, on `sessions`
+
+Each has a module_* twin (module_schema, module_sessions, ..., module_members) shared by
+the tests of one module, for a corpus of many cases that each use a member of their own.
 """
 
 from __future__ import annotations
@@ -16,16 +21,20 @@ import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import openai
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import embedded_postgres, make_engine, migrate
 from core.config import EngineConfig
 from core.llm import OpenAIChat, OpenAIEmbedder
+from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.runtime.engine import Engine
@@ -42,21 +51,39 @@ async def pg_url() -> AsyncIterator[str]:
         yield url
         return
     # Not pytest's tmp_path: it prunes old run directories, also those of a concurrent run.
-    data_dir = Path(tempfile.mkdtemp(prefix="companion-test-pg-"))
+    data_dir = Path(tempfile.mkdtemp(prefix="companion-test-pg-", dir=_scratch_dir()))
     try:
         async with embedded_postgres(data_dir) as url:
+            await _throwaway(url)
             yield url
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
-@pytest.fixture
-async def schema(pg_url: str) -> str:
+def _scratch_dir() -> str | None:
+    """Memory (tmpfs) when there is room, else the temp dir: the data is thrown away."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 2 << 30:
+        return str(shm)
+    return None
+
+
+async def _throwaway(url: str) -> None:
+    """No fsync for a server whose data dies with the run: commits, checkpoints and the
+    shutdown checkpoint over hundreds of schemas cost no disk flushes (this server only)."""
+    engine = make_engine(url)
+    async with engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for setting in ("fsync = off", "synchronous_commit = off", "full_page_writes = off"):
+            await conn.execute(text(f"ALTER SYSTEM SET {setting}"))
+        await conn.execute(text("SELECT pg_reload_conf()"))
+    await engine.dispose()
+
+
+async def _new_schema(pg_url: str) -> str:
     name = f"t{os.getpid()}_{next(_schemas)}"
     engine = make_engine(pg_url)
     async with engine.begin() as conn:
-        from sqlalchemy import text
-
         await conn.execute(text(f"CREATE SCHEMA {name}"))
     await engine.dispose()
     engine = make_engine(pg_url, schema=name)
@@ -65,41 +92,15 @@ async def schema(pg_url: str) -> str:
     return name
 
 
-@pytest.fixture
-async def sessions(pg_url: str, schema: str):
-    from sqlalchemy.ext.asyncio import async_sessionmaker
-
+@asynccontextmanager
+async def _sessions_on(pg_url: str, schema: str) -> AsyncIterator[async_sessionmaker]:
     engine = make_engine(pg_url, schema=schema)
     yield async_sessionmaker(engine, expire_on_commit=False)
     await engine.dispose()
 
 
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI(embedding_dim=16) as server:
-        yield server
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> None:
-        self.now += timedelta(**delta)
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def make_engine_for(sessions, fake: FakeOpenAI, clock: Clock):
+@asynccontextmanager
+async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIterator[Callable]:
     clients: list[openai.AsyncOpenAI] = []
 
     def build(
@@ -121,9 +122,94 @@ async def make_engine_for(sessions, fake: FakeOpenAI, clock: Clock):
         await client.close()
 
 
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+# --- one of each per test --------------------------------------------------------------------
+
+
+@pytest.fixture
+async def schema(pg_url: str) -> str:
+    return await _new_schema(pg_url)
+
+
+@pytest.fixture
+async def sessions(pg_url: str, schema: str):
+    async with _sessions_on(pg_url, schema) as factory:
+        yield factory
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(embedding_dim=16) as server:
+        yield server
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def make_engine_for(sessions, fake: FakeOpenAI, clock: Clock):
+    async with _engine_builder(sessions, fake, clock) as build:
+        yield build
+
+
 @pytest.fixture
 def engine(make_engine_for: Callable[..., Engine]) -> Engine:
     return make_engine_for()
+
+
+@pytest.fixture
+def members(sessions, clock: Clock) -> Members:
+    return Members(sessions, EngineConfig(), clock)
+
+
+# --- one of each per module, for a corpus of many cases (each then uses a member of its own) --
+
+
+@pytest.fixture(scope="module")
+async def module_schema(pg_url: str) -> str:
+    return await _new_schema(pg_url)
+
+
+@pytest.fixture(scope="module")
+async def module_sessions(pg_url: str, module_schema: str):
+    async with _sessions_on(pg_url, module_schema) as factory:
+        yield factory
+
+
+@pytest.fixture(scope="module")
+async def module_fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI(embedding_dim=16) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(scope="module")
+async def module_engine_for(module_sessions, module_fake: FakeOpenAI, module_clock: Clock):
+    async with _engine_builder(module_sessions, module_fake, module_clock) as build:
+        yield build
+
+
+@pytest.fixture(scope="module")
+def module_members(module_sessions, module_clock: Clock) -> Members:
+    return Members(module_sessions, EngineConfig(), module_clock)
 
 
 def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: str) -> dict:

@@ -7,37 +7,28 @@ MESSAGE_CREATE, GUILD_MEMBER_ADD and INTERACTION_CREATE dicts, and everything it
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
-from dataclasses import dataclass
 from typing import Any
 
-import discord
 import pytest
 from sqlalchemy import select
 
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
 from adapters.discord import build_discord_client
-from adapters.discord.client import CompanionClient
 from adapters.discord.commands import LAPSED, Confirm
-from core.config import EngineConfig
 from core.members.documents import MAX_UPLOAD_BYTES
-from core.members.service import Members
 from core.models import Passage
 from tests.fake_discord import (
     EPHEMERAL,
     MANAGE_GUILD,
-    FakeDiscord,
     attachment,
-    button_click,
     command,
     guild,
     member,
     member_add,
     message,
-    ready,
     role,
     subcommand,
     text_channel,
@@ -45,6 +36,7 @@ from tests.fake_discord import (
     user,
 )
 from tests.fake_openai import is_summary_request, say, summary_of
+from tests.rigs import discord_rig, settle
 
 GUILD = 1_100_000_000_000_000_001
 GENERAL = 1_100_000_000_000_000_002
@@ -62,95 +54,11 @@ OWNER = 1_100_000_000_000_000_024
 NAMES = {ANN: "Ann", BOB: "Bob", MOD: "Mo", OPERATOR: "Op", OWNER: "Olga", BOT_ID: "Companion"}
 TENANT = f"discord:{GUILD}"
 BOT = user(BOT_ID, "Companion", bot=True)
-HANDLER_TASKS = ("discord.py: ", "CommandTree-invoker", "discord-ui-view-dispatch")
 STRING, USER, BOOLEAN = 3, 6, 5
-
-
-async def settle(within: float = 15.0) -> None:
-    """Wait until every event handler, command and button callback has finished."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        pending = [
-            t
-            for t in asyncio.all_tasks()
-            if t.get_name().startswith(HANDLER_TASKS) and not t.done()
-        ]
-        if not pending:
-            return
-        left = deadline - loop.time()
-        if left <= 0:
-            raise TimeoutError(f"handlers still running: {pending}")
-        await asyncio.wait(pending, timeout=left)
 
 
 def guild_member(user_id: int, **extra: Any) -> dict[str, Any]:
     return member(user_id, NAMES[user_id], **extra)
-
-
-@dataclass
-class Bot:
-    client: CompanionClient
-    api: FakeDiscord
-    members: Members
-
-    @property
-    def state(self) -> Any:
-        return self.client._connection
-
-    async def say(
-        self, author: int, content: str, channel: int = GENERAL, **extra: Any
-    ) -> dict[str, Any]:
-        """Someone posts a message (in the server, or in Ann's DM when channel=DM)."""
-        who = extra.pop("author_payload", None) or user(author, NAMES[author])
-        if channel == DM:
-            payload = message(who, DM, content, **extra)
-        else:
-            if "author_member" not in extra:
-                extra["author_member"] = guild_member(author)
-            payload = message(who, channel, content, guild_id=GUILD, **extra)
-        self.state.parse_message_create(payload)
-        await settle()
-        return payload
-
-    async def mention(self, author: int, text: str, channel: int = GENERAL, **extra: Any) -> dict:
-        extra.setdefault("mentions", [BOT])
-        return await self.say(author, f"<@{BOT_ID}> {text}", channel, **extra)
-
-    async def slash(
-        self, who: int, name: str, *options: dict, permissions: int = 0, in_dm: bool = False, **kw
-    ) -> dict[str, Any]:
-        if in_dm:
-            payload = command(
-                APP_ID, user(who, NAMES[who]), name, list(options), guild_id=None, channel_id=DM
-            )
-        else:
-            caller = guild_member(who, permissions=permissions)
-            payload = command(
-                APP_ID, caller, name, list(options), guild_id=GUILD, channel_id=GENERAL, **kw
-            )
-        self.state.parse_interaction_create(payload)
-        await settle()
-        return payload
-
-    async def click(
-        self, who: int, asked: dict[str, Any], label: str, permissions: int = 0
-    ) -> dict[str, Any]:
-        """`who` presses the button labelled `label` on what the command `asked` showed."""
-        shown = self.api.shown[int(asked["id"])]
-        buttons = [c for row in shown["components"] for c in row["components"]]
-        custom_id = next(b["custom_id"] for b in buttons if b["label"] == label)
-        caller = guild_member(who, permissions=permissions)
-        payload = button_click(APP_ID, caller, shown, custom_id, guild_id=GUILD, channel_id=GENERAL)
-        self.state.parse_interaction_create(payload)
-        await settle()
-        return payload
-
-    def answers(self, interaction: dict[str, Any]) -> list[str]:
-        """Everything the interaction showed: its callback, follow-ups and edits."""
-        bodies = [c.body.get("data") or {} for c in self.api.callbacks(interaction)]
-        bodies += [c.body for c in self.api.followups(interaction) + self.api.edits(interaction)]
-        return [body.get("content") or "" for body in bodies]
 
 
 def resolved_member(user_id: int) -> dict[str, Any]:
@@ -162,31 +70,8 @@ def resolved_member(user_id: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def api():
-    base, gateway = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
-    async with FakeDiscord(BOT, APP_ID) as server:
-        server.dm_channels[ANN] = DM
-        yield server
-    discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = base, gateway
-
-
-@pytest.fixture
-def members(sessions, clock) -> Members:
-    return Members(sessions, EngineConfig(), clock)
-
-
-@pytest.fixture
-async def bot(engine, members, api):
+async def bot(engine, members):
     services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}))
-    client = build_discord_client(
-        services, api_url=api.api_url, gateway_url="ws://127.0.0.1:9/gateway"
-    )
-    assert isinstance(client, CompanionClient)
-    assert discord.http.Route.BASE == api.api_url
-    client._connection.guild_ready_timeout = 0.05
-    await client.login("fake-token")
-    state = client._connection
-    state.parse_ready(ready(BOT, APP_ID, [GUILD]))
     roles = [
         role(BOT_ROLE, "Companion", bot_id=BOT_ID),
         role(MOD_ROLE, "Moderators", permissions=MANAGE_GUILD),
@@ -194,21 +79,19 @@ async def bot(engine, members, api):
     people = [guild_member(u) for u in (ANN, BOB, OWNER)]
     people += [guild_member(BOT_ID, roles=[BOT_ROLE]), guild_member(MOD, roles=[MOD_ROLE])]
     people[-2]["user"]["bot"] = True
-    state.parse_guild_create(
-        guild(
-            GUILD,
-            OWNER,
-            [text_channel(GENERAL, GUILD, "general")],
-            [thread(THREAD, GUILD, GENERAL, ANN)],
-            people,
-            roles,
-        )
+    server = guild(
+        GUILD,
+        OWNER,
+        [text_channel(GENERAL, GUILD, "general")],
+        [thread(THREAD, GUILD, GENERAL, ANN)],
+        people,
+        roles,
     )
-    await api.wait_for(lambda: api.find("PUT", f"/applications/{APP_ID}/commands"))
-    await settle()
-    yield Bot(client, api, members)
-    await settle()
-    await client.close()
+    async with discord_rig(
+        services, bot=BOT, app_id=APP_ID, server=server, channel_id=GENERAL, names=NAMES.__getitem__
+    ) as rig:
+        rig.api.dm_channels[ANN] = DM
+        yield rig
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
@@ -246,7 +129,7 @@ async def test_dm_tenant_is_the_home_server(engine, members):
 
 
 async def test_a_dm_is_answered_in_the_dm_by_the_home_servers_agent(bot, fake):
-    await bot.say(ANN, "hello there", channel=DM)
+    await bot.say(ANN, "hello there", DM, dm=True)
     assert bot.api.texts(DM) == ["You said: hello there"]
     assert bot.api.find("POST", f"/channels/{DM}/typing")
     assert "message_reference" not in bot.api.sent(DM)[0].body
@@ -450,7 +333,7 @@ async def test_no_welcome_when_off_and_closed_dms_are_only_logged(bot, fake, cap
 
 
 async def test_memory_show_and_export(bot):
-    await bot.say(ANN, "remember that I sail on Sundays", channel=DM)
+    await bot.say(ANN, "remember that I sail on Sundays", DM, dm=True)
     shown = await bot.slash(ANN, "memory", subcommand("show"))
     (callback,) = bot.api.callbacks(shown)
     assert callback.body["type"] == 4 and callback.body["data"]["flags"] & EPHEMERAL

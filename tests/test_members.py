@@ -3,16 +3,10 @@
 import pytest
 from sqlalchemy import func, select
 
-from core.config import EngineConfig
 from core.errors import BadSetting
 from core.events import EventKind, InboundEvent
-from core.members.service import Members, parse_quiet_hours
+from core.members.service import parse_quiet_hours
 from core.models import Agent, Event, Message, User
-
-
-@pytest.fixture
-def members(sessions, clock):
-    return Members(sessions, EngineConfig(), clock)
 
 
 async def _chat(engine, tenant, user, *texts):

@@ -28,7 +28,8 @@ from core.events import EventKind, InboundEvent
 from tests.conftest import COMPANION, cli_env
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
-from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+from tests.fake_slack import FakeSlack, signed
+from tests.rigs import slack_envelope
 from tests.test_run import free_port, slack_http_env, wait_for
 
 SMALL = EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000, rate_limit=None)
@@ -327,16 +328,7 @@ async def test_run_serves_health_and_metrics_next_to_slack_and_logs_json(fake, p
         root = f"http://127.0.0.1:{port}"
         event = {"type": "message", "channel": "D1", "user": "U1", "text": SECRET_WORDS}
         event.update(ts="1700000000.1", channel_type="im")
-        body = json.dumps(
-            {
-                "team_id": TEAM,
-                "event": event,
-                "type": "event_callback",
-                "event_id": "Ev1",
-                "api_app_id": "A1",
-                "authorizations": [{"team_id": TEAM, "user_id": BOT_USER}],
-            }
-        )
+        body = json.dumps(slack_envelope(event))
         try:
             async with aiohttp.ClientSession() as http:
                 ready = 0

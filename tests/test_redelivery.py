@@ -7,34 +7,26 @@ from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import select
 
 from adapters.common import Services
-from adapters.slack import build_slack_app
 from adapters.slack.events import dm_sender, reply_sender
 from bot.delivery import Router
-from core.config import EngineConfig
-from core.members.service import Members
 from core.models import Reply
-from tests.fake_slack import FakeSlack
-from tests.test_slack import SECRET, dispatch, envelope, message
+from tests.rigs import slack_envelope, slack_message, slack_rig
 
 
 @pytest.fixture
-async def slack(engine, sessions, clock):
-    async with FakeSlack() as api:
-        api.add_user("U1")
-        services = Services(engine, Members(sessions, EngineConfig(), clock))
-        app = build_slack_app(
-            services, "xoxb-test", SECRET, api.base_url, process_before_response=True
-        )
-        web = AsyncWebClient(token="xoxb-test", base_url=api.base_url)
+async def slack(engine, members):
+    async with slack_rig(Services(engine, members), users=("U1",)) as rig:
+        web = AsyncWebClient(token="xoxb-test", base_url=rig.api.base_url)
         router = Router()
         router.add("slack", dm_sender(web), reply_sender(web))
-        yield app, api, router
+        yield rig, router
 
 
 async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
     slack, engine, sessions, clock
 ):
-    app, api, router = slack
+    rig, router = slack
+    api = rig.api
     api.fail_methods["chat.postMessage"] = "service_unavailable"
     event = {
         "type": "app_mention",
@@ -43,7 +35,7 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
         "ts": "1700000009.000300",
         "text": "<@UBOT> are you there?",
     }
-    await dispatch(app, envelope(event))
+    await rig.dispatch(slack_envelope(event))
     async with sessions() as session:
         row = await session.scalar(select(Reply))
     assert row.delivered_at is None and row.attempts == 1
@@ -66,9 +58,10 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
 
 
 async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
-    app, api, router = slack
+    rig, router = slack
+    api = rig.api
     api.fail_methods["chat.postMessage"] = "channel_not_found"
-    await dispatch(app, message(text="hello"))
+    await rig.dispatch(slack_message(text="hello"))
     for _ in range(12):
         clock.advance(minutes=1)
         await engine.outbox.redeliver(timedelta(seconds=30), router)

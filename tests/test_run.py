@@ -8,7 +8,8 @@ import socket
 import aiohttp
 
 from tests.conftest import COMPANION, cli_env
-from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+from tests.fake_slack import FakeSlack, signed
+from tests.rigs import slack_envelope
 
 
 def free_port() -> int:
@@ -61,16 +62,7 @@ async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, sch
                 "ts": "1700000000.1",
                 "channel_type": "im",
             }
-            body = json.dumps(
-                {
-                    "team_id": TEAM,
-                    "event": event,
-                    "type": "event_callback",
-                    "event_id": "Ev1",
-                    "api_app_id": "A1",
-                    "authorizations": [{"team_id": TEAM, "user_id": BOT_USER}],
-                }
-            )
+            body = json.dumps(slack_envelope(event))
             async with aiohttp.ClientSession() as http:
                 for _ in range(100):  # until the server listens
                     try:

@@ -2,134 +2,35 @@
 against a local stand-in for Slack's Web API."""
 
 import json
-from urllib.parse import urlencode
 
 import pytest
-from slack_bolt.request.async_request import AsyncBoltRequest
 from sqlalchemy import select
 
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
-from adapters.slack import build_slack_app
-from core.config import EngineConfig
-from core.members.service import Members
 from core.models import Passage
 from tests.fake_openai import last_user_text, say
-from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
-
-SECRET = "shh-signing-secret"
+from tests.fake_slack import BOT_USER, TEAM
+from tests.rigs import slack_envelope, slack_message, slack_rig
 
 
 @pytest.fixture
-async def slack(engine, sessions, clock):
-    async with FakeSlack() as api:
-        for user in ("U1", "U2"):
-            api.add_user(user)
-        api.add_user("UADMIN", admin=True)
-        members = Members(sessions, EngineConfig(), clock)
-        services = Services(engine, members, frozenset({"UOPS"}))
-        app = build_slack_app(
-            services, "xoxb-test", SECRET, api.base_url, process_before_response=True
-        )
-        yield app, api, members
-
-
-_ts = iter(range(100, 10**6))
-
-
-def message(user="U1", text="hello", channel="D1", channel_type="im", **extra):
-    ts = f"1700000{next(_ts)}.000100"
-    event = {
-        "type": "message",
-        "channel": channel,
-        "user": user,
-        "text": text,
-        "ts": ts,
-        "channel_type": channel_type,
-        "event_ts": ts,
-        **extra,
-    }
-    return envelope(event)
-
-
-def envelope(event):
-    return {
-        "token": "legacy",
-        "team_id": TEAM,
-        "api_app_id": "A1",
-        "event": event,
-        "type": "event_callback",
-        "event_id": f"Ev{next(_ts)}",
-        "event_time": 1700000000,
-        "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": True}],
-    }
-
-
-async def dispatch(app, payload, extra_headers=None, secret=SECRET):
-    body = json.dumps(payload)
-    headers = {**signed(body, secret), **(extra_headers or {})}
-    return await app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
-
-
-async def command(app, api, text, user="U1"):
-    form = {
-        "token": "legacy",
-        "team_id": TEAM,
-        "user_id": user,
-        "command": "/companion",
-        "text": text,
-        "channel_id": "C1",
-        "trigger_id": "t",
-        "response_url": f"{api.root}/respond/{next(_ts)}",
-    }
-    body = urlencode(form)
-    headers = {**signed(body, SECRET), "content-type": "application/x-www-form-urlencoded"}
-    response = await app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
-    assert response.status == 200
-    return api.responses[-1]
-
-
-async def press(app, api, action_id, value, user="U1"):
-    payload = {
-        "type": "block_actions",
-        "user": {"id": user},
-        "team": {"id": TEAM},
-        "api_app_id": "A1",
-        "token": "legacy",
-        "trigger_id": "t",
-        "response_url": f"{api.root}/respond/{next(_ts)}",
-        "container": {},
-        "actions": [
-            {
-                "action_id": action_id,
-                "value": value,
-                "type": "button",
-                "block_id": "b",
-                "action_ts": "1",
-            }
-        ],
-    }
-    body = urlencode({"payload": json.dumps(payload)})
-    headers = {**signed(body, SECRET), "content-type": "application/x-www-form-urlencoded"}
-    assert (await app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))).status == 200
-    return api.responses[-1]
-
-
-def posted(api):
-    return [c for c in api.called("chat.postMessage")]
+async def slack(engine, members):
+    services = Services(engine, members, frozenset({"UOPS"}))
+    async with slack_rig(services, users=("U1", "U2"), admins=("UADMIN",)) as rig:
+        yield rig
 
 
 async def test_dm_is_answered_with_a_working_indicator(slack, fake):
-    app, api, _ = slack
-    response = await dispatch(app, message(text="hello there"))
+    api = slack.api
+    response = await slack.dispatch(slack_message(text="hello there"))
     assert response.status == 200
-    replies = posted(api)
+    replies = slack.posted()
     assert [r["text"] for r in replies] == ["You said: hello there"]
     assert replies[0]["channel"] == "D1" and replies[0].get("thread_ts") is None
     assert api.called("reactions.add") and api.called("reactions.remove")
 
 
 async def test_mention_in_channel_is_answered_in_its_thread(slack, fake):
-    app, api, _ = slack
     event = {
         "type": "app_mention",
         "channel": "C9",
@@ -138,72 +39,67 @@ async def test_mention_in_channel_is_answered_in_its_thread(slack, fake):
         "text": f"<@{BOT_USER}> how are you?",
         "event_ts": "1700000001.000200",
     }
-    await dispatch(app, envelope(event))
-    reply = posted(api)[-1]
+    await slack.dispatch(slack_envelope(event))
+    reply = slack.posted()[-1]
     assert reply["channel"] == "C9" and reply["thread_ts"] == "1700000001.000200"
     assert reply["text"] == "You said: how are you?"
 
 
 async def test_channel_chatter_without_mention_is_ignored(slack, fake):
-    app, api, _ = slack
-    await dispatch(app, message(text="just chatting", channel="C9", channel_type="channel"))
-    assert posted(api) == [] and fake.requests == []
+    await slack.dispatch(slack_message(text="just chatting", channel="C9", channel_type="channel"))
+    assert slack.posted() == [] and fake.requests == []
 
 
 async def test_bots_are_never_answered(slack, fake):
-    app, api, _ = slack
-    await dispatch(app, message(text="beep", bot_id="B2"))
-    await dispatch(app, message(text="edit", subtype="message_changed"))
-    assert posted(api) == [] and fake.requests == []
+    await slack.dispatch(slack_message(text="beep", bot_id="B2"))
+    await slack.dispatch(slack_message(text="edit", subtype="message_changed"))
+    assert slack.posted() == [] and fake.requests == []
 
 
 async def test_forged_signature_is_refused(slack, fake):
-    app, api, _ = slack
-    response = await dispatch(app, message(text="let me in"), secret="wrong")
+    response = await slack.dispatch(slack_message(text="let me in"), secret="wrong")
     assert response.status == 401
-    assert posted(api) == [] and fake.requests == []
+    assert slack.posted() == [] and fake.requests == []
 
 
 async def test_retried_event_is_answered_once(slack, fake):
-    app, api, _ = slack
-    payload = message(text="only once please")
-    await dispatch(app, payload)
+    payload = slack_message(text="only once please")
+    await slack.dispatch(payload)
     retry = {"x-slack-retry-num": "1", "x-slack-retry-reason": "http_timeout"}
-    assert (await dispatch(app, payload, retry)).status == 200
-    assert [r["text"] for r in posted(api)] == ["You said: only once please"]
+    assert (await slack.dispatch(payload, retry)).status == 200
+    assert [r["text"] for r in slack.posted()] == ["You said: only once please"]
     assert len(fake.chat_requests) == 1
 
 
 async def test_long_reply_is_split_with_code_intact(slack, fake):
-    app, api, _ = slack
     code = "```python\n" + "\n".join(f"print({i})" for i in range(400)) + "\n```"
     fake.brain = lambda body: say("**Here** it is:\n" + code)
-    await dispatch(app, message(text="code please"))
-    parts = [r["text"] for r in posted(api)]
+    await slack.dispatch(slack_message(text="code please"))
+    parts = [r["text"] for r in slack.posted()]
     assert len(parts) > 1 and all(len(p) <= 3000 for p in parts)
     assert parts[0].startswith("*Here* it is:")
     assert all(p.count("```") % 2 == 0 for p in parts)
 
 
 async def test_group_thread_memory_stays_with_each_speaker(slack, fake):
-    app, api, _ = slack
     fake.brain = lambda body: say("noted " + last_user_text(body))
-    for user, text in [("U1", "my dog is Rex"), ("U2", "my cat is Tom"), ("U1", "and?")]:
+    said = [("U1", "my dog is Rex"), ("U2", "my cat is Tom"), ("U1", "and?")]
+    for n, (user, text) in enumerate(said):
         event = {
             "type": "app_mention",
             "channel": "C9",
             "user": user,
-            "ts": f"17000002{next(_ts)}.1",
+            "ts": f"17000002{n}.1",
             "text": f"<@{BOT_USER}> {text}",
         }
-        await dispatch(app, envelope(event))
+        await slack.dispatch(slack_envelope(event))
     u1_prompts = [json.dumps(b) for b in fake.chat_requests if "Rex" in json.dumps(b)]
     assert u1_prompts and all("Tom" not in p for p in u1_prompts)
     assert all("Rex" not in json.dumps(b) for b in fake.chat_requests if "Tom" in json.dumps(b))
 
 
 async def test_shared_file_goes_to_archival_memory(slack, fake, sessions):
-    app, api, _ = slack
+    api = slack.api
     api.files["notes.md"] = b"# Garden\nThe tomatoes go in the south bed."
     files = [
         {
@@ -219,94 +115,94 @@ async def test_shared_file_goes_to_archival_memory(slack, fake, sessions):
             "url_private_download": f"{api.root}/files/setup.exe",
         },
     ]
-    await dispatch(app, message(text="", subtype="file_share", files=files))
+    await slack.dispatch(slack_message(text="", subtype="file_share", files=files))
     async with sessions() as session:
         texts = list(await session.scalars(select(Passage.text)))
     assert texts == ["# Garden\nThe tomatoes go in the south bed."]
-    sent = [r["text"] for r in posted(api)]
+    sent = [r["text"] for r in slack.posted()]
     assert any("setup.exe" in t and "I take" in t for t in sent)
     assert any(c["auth"] == "Bearer xoxb-test" for n, c in api.calls if n == "download")
 
 
 async def test_team_join_gets_a_welcome_dm_unless_turned_off(slack, fake):
-    app, api, members = slack
-    join = envelope(
+    members = slack.members
+    join = slack_envelope(
         {
             "type": "team_join",
             "user": {"id": "U7", "team_id": TEAM, "real_name": "Ines", "is_bot": False},
         }
     )
     fake.brain = lambda body: say("Welcome, Ines!")
-    await dispatch(app, join)
-    assert [(r["channel"], r["text"]) for r in posted(api)] == [("DU7", "Welcome, Ines!")]
+    await slack.dispatch(join)
+    assert [(r["channel"], r["text"]) for r in slack.posted()] == [("DU7", "Welcome, Ines!")]
     await members.tenant_settings(f"slack:{TEAM}", welcome=False)
     join["event"]["user"]["id"] = "U8"
-    await dispatch(app, join)
-    assert len(posted(api)) == 1
+    await slack.dispatch(join)
+    assert len(slack.posted()) == 1
 
 
 async def test_member_commands(slack, fake):
-    app, api, members = slack
-    await dispatch(app, message(text="remember that I grow tomatoes"))
-    shown = await command(app, api, "memory")
+    api, members = slack.api, slack.members
+    await slack.dispatch(slack_message(text="remember that I grow tomatoes"))
+    shown = (await slack.command("memory"))[-1]
     assert "I grow tomatoes" in shown["text"] and shown["response_type"] == "ephemeral"
-    await command(app, api, "export")
+    await slack.command("export")
     upload = api.called("files.completeUploadExternal")[-1]
     assert upload["channel_id"] == "DU1"
     doc = json.loads(next(iter(api.uploads.values())))
     assert any("tomatoes" in (m["content"] or "") for m in doc["messages"])
-    assert "Openers are off" in (await command(app, api, "openers off"))["text"]
-    assert "23:00-07:00" in (await command(app, api, "quiet 23-7"))["text"]
-    assert "not a time zone" in (await command(app, api, "timezone Nowhere/City"))["text"]
+    assert "Openers are off" in (await slack.command("openers off"))[-1]["text"]
+    assert "23:00-07:00" in (await slack.command("quiet 23-7"))[-1]["text"]
+    assert "not a time zone" in (await slack.command("timezone Nowhere/City"))[-1]["text"]
     view = await members.view(f"slack:{TEAM}", "U1")
     assert view.settings["openers"] is False and view.settings["quiet_hours"] == "23:00-07:00"
 
 
 async def test_time_zone_comes_from_the_slack_profile_unless_set(slack, fake):
-    app, api, members = slack
-    await dispatch(app, message(text="hi"))
+    api, members = slack.api, slack.members
+    await slack.dispatch(slack_message(text="hi"))
     assert (await members.view(f"slack:{TEAM}", "U1")).timezone == "Europe/Berlin"
-    await command(app, api, "timezone Asia/Tokyo")
+    await slack.command("timezone Asia/Tokyo")
     api.users["U1"]["tz"] = "America/Denver"
-    await dispatch(app, message(text="hello again"))
+    await slack.dispatch(slack_message(text="hello again"))
     assert (await members.view(f"slack:{TEAM}", "U1")).timezone == "Asia/Tokyo"
     assert len(api.called("users.info")) == 1  # asked once, not on every message
 
 
 async def test_forget_me_needs_the_askers_own_click(slack, fake):
-    app, api, members = slack
-    await dispatch(app, message(user="U1", text="remember that I am U1"))
-    await dispatch(app, message(user="U2", text="remember that I am U2"))
-    asked = await command(app, api, "forget")
+    members = slack.members
+    await slack.dispatch(slack_message(user="U1", text="remember that I am U1"))
+    await slack.dispatch(slack_message(user="U2", text="remember that I am U2"))
+    asked = (await slack.command("forget"))[-1]
     button = asked["blocks"][1]["elements"][0]
     assert await members.view(f"slack:{TEAM}", "U1") is not None
-    other = await press(app, api, button["action_id"], button["value"], user="U2")
+    other = (await slack.press(button["action_id"], button["value"], user="U2"))[-1]
     assert "Only the person" in other["text"]
     assert await members.view(f"slack:{TEAM}", "U2") is not None
-    done = await press(app, api, button["action_id"], button["value"], user="U1")
+    done = (await slack.press(button["action_id"], button["value"], user="U1"))[-1]
     assert done["text"] == FORGET_DONE
     assert await members.view(f"slack:{TEAM}", "U1") is None
     assert (await members.view(f"slack:{TEAM}", "U2")).messages > 0
 
 
 async def test_admin_commands_check_the_role_and_are_audited(slack, fake):
-    app, api, members = slack
-    await dispatch(app, message(user="U2", text="remember that I like kites"))
-    refused = await command(app, api, "admin export <@U2|u2>", user="U1")
+    api, members = slack.api, slack.members
+    await slack.dispatch(slack_message(user="U2", text="remember that I like kites"))
+    refused = (await slack.command("admin export <@U2|u2>", user="U1"))[-1]
     assert refused["text"] == NOT_ADMIN and await members.audit_log(f"slack:{TEAM}") == []
-    await command(app, api, "admin export <@U2|u2>", user="UADMIN")
+    await slack.command("admin export <@U2|u2>", user="UADMIN")
     assert api.called("files.completeUploadExternal")[-1]["channel_id"] == "DUADMIN"
-    asked = await command(app, api, "admin reset <@U2>", user="UOPS")  # by COMPANION_ADMIN_IDS
+    asked = (await slack.command("admin reset <@U2>", user="UOPS"))[-1]  # COMPANION_ADMIN_IDS
     button = asked["blocks"][1]["elements"][0]
-    assert (await press(app, api, button["action_id"], button["value"], user="U1"))[
+    assert (await slack.press(button["action_id"], button["value"], user="U1"))[-1][
         "text"
     ] == NOT_ADMIN
     assert await members.view(f"slack:{TEAM}", "U2") is not None
-    await press(app, api, button["action_id"], button["value"], user="UOPS")
+    await slack.press(button["action_id"], button["value"], user="UOPS")
     fresh = await members.view(f"slack:{TEAM}", "U2")
     assert fresh.messages == 0 and "kites" not in str(fresh.blocks)
-    assert "off" in (await command(app, api, "admin welcome off", user="UADMIN"))["text"]
-    assert NOT_ADMIN == (await command(app, api, "admin welcome on", user="U1"))["text"]
+    assert "off" in (await slack.command("admin welcome off", user="UADMIN"))[-1]["text"]
+    assert NOT_ADMIN == (await slack.command("admin welcome on", user="U1"))[-1]["text"]
     assert not await app_services(members).welcome_enabled(f"slack:{TEAM}")
     log = [(e.actor, e.action, e.target) for e in await members.audit_log(f"slack:{TEAM}")]
     assert log == [
@@ -321,10 +217,10 @@ def app_services(members):
 
 
 async def test_app_home_shows_working_context(slack, fake):
-    app, api, _ = slack
-    await dispatch(app, message(text="remember that I love jazz"))
-    await dispatch(
-        app, envelope({"type": "app_home_opened", "user": "U1", "tab": "home", "channel": "D1"})
+    api = slack.api
+    await slack.dispatch(slack_message(text="remember that I love jazz"))
+    await slack.dispatch(
+        slack_envelope({"type": "app_home_opened", "user": "U1", "tab": "home", "channel": "D1"})
     )
     view = (
         json.loads(api.called("views.publish")[-1]["view"])

@@ -1,1 +1,3 @@
-"""Data for tests/test_hostile.py: hostile texts and files, all generated in code."""
+"""Hostile input at every entry point: the corpus (corpus.py: texts, files.py: files, all
+generated in code), what every case checks (common.py), and one test module per entry point:
+messages and model replies, uploads, commands, and garbage from the model endpoint."""

@@ -104,3 +104,5 @@ def small_zip() -> bytes:
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(64)
 EXE = b"MZ\x90\x00\x03\x00\x00\x00\x04\x00\x00\x00\xff\xff" + bytes(200)
+DEEP_LIST = b"[" * 10_000 + b"]" * 10_000  # JSON nested 10,000 levels deep
+DEEP_DICT = b'{"a":' * 10_000 + b"1" + b"}" * 10_000
