@@ -720,3 +720,30 @@ def test_wrong_arguments_are_named_in_the_error(name, sent, error):
 def test_arguments_nested_too_deeply_are_refused_cleanly():
     with pytest.raises(ToolError, match="not valid JSON"):
         parse_arguments(send_message, '{"message": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+async def test_one_reply_is_bounded_whatever_the_model_writes(engine, fake):
+    """A runaway model cannot flood a channel: a 100,000-character send_message is refused
+    (the model is told the limit and may shorten it), a plain answer that long is cut."""
+    huge = "The harbour light blinks twice. " * 3200
+    attempts = []
+
+    def brain(body):
+        if is_summary_request(body):
+            return summary_of(body)
+        attempts.append(body)
+        if len(attempts) == 1:
+            return calls(tool_call("send_message", message=huge))
+        return say("Short version: the light blinks twice.")
+
+    fake.brain = brain
+    scope = await engine.agent("t", "runaway")
+    exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "tell me all"))
+    assert exchange.replies == ["Short version: the light blinks twice."]
+    refusal = [m for m in attempts[1]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "over its limit of 12,000" in refusal
+
+    fake.brain = lambda body: summary_of(body) if is_summary_request(body) else completion(huge)
+    plain = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "again"))
+    (reply,) = plain.replies
+    assert len(reply) <= 12_000 and reply.endswith("[… the rest was too long to send]")

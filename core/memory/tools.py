@@ -28,10 +28,14 @@ SNIPPET_CHARS = 400
 MAX_QUERY_CHARS = 1_000
 MAX_NAME_CHARS = 100
 MAX_PAGE = 100_000
+# One reply: far more than a model writes within its answer's token budget, few enough
+# platform posts (Discord: 6) that a runaway model cannot flood a channel.
+MAX_REPLY_CHARS = 12_000
 
-# Every argument has a cap. Text to send or keep may be as long as a member's message;
-# queries, labels and dates are short.
+# Every argument has a cap. Text to keep may be as long as a member's message; a reply is
+# bounded by what a member should ever receive at once; queries, labels and dates are short.
 Text = Annotated[str, Field(max_length=MAX_EVENT_CHARS)]
+Reply = Annotated[str, Field(max_length=MAX_REPLY_CHARS)]
 Query = Annotated[str, Field(max_length=MAX_QUERY_CHARS)]
 Name = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 PageNumber = Annotated[int, Field(le=MAX_PAGE)]
@@ -114,7 +118,7 @@ def _parse_date(value: str, name: str) -> date:
         raise ToolError(f"{name} must be a date as YYYY-MM-DD, got {value!r}") from None
 
 
-async def send_message(ctx: ToolContext, message: Text) -> str:
+async def send_message(ctx: ToolContext, message: Reply) -> str:
     """Send a message to the person. This is the only thing they see; it ends your turn.
 
     message: the text to send (markdown is fine)

@@ -27,7 +27,7 @@ from core.memory.executor import SCHEMAS, Outcome, execute
 from core.memory.prompt import cut_arguments
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
-from core.memory.tools import ToolContext
+from core.memory.tools import MAX_REPLY_CHARS, ToolContext
 from core.memory.window import Fitted, MainContext
 from core.models import Agent, Event
 from core.ports import (
@@ -135,6 +135,13 @@ def _tool_calls_json(completion: Completion) -> list[dict[str, Any]] | None:
     ]
 
 
+def cut_reply(text: str) -> str:
+    """A plain answer (no send_message) is held to the same size as a sent message."""
+    if len(text) <= MAX_REPLY_CHARS:
+        return text
+    return text[: MAX_REPLY_CHARS - 40].rstrip() + "\n[… the rest was too long to send]"
+
+
 class Turn:
     def __init__(
         self,
@@ -224,7 +231,7 @@ class Turn:
             # No functions at all: a plain answer is the reply, unless one was already sent.
             said = None
             if thought and thought.strip() and not tools.sent:
-                said = thought.strip()
+                said = cut_reply(thought.strip())
                 tools.sent.append(said)
             await self.context.append(role="assistant", content=thought, search_text=said)
             self.result.steps.append(Step(thought, (), tokens))

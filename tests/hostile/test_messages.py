@@ -333,7 +333,7 @@ REPLIES = {
     "tilde-fence": "~~~js\n" + CODE + "\n~~~",
     "long-code-line": "```\n" + "x" * 7000 + "\n```",
     "many-small-blocks": "\n".join(f"Step {i}:\n```sh\necho {i}\n```" for i in range(120)),
-    "100k-prose": PROSE * 1200,
+    "12k-prose": (PROSE * 200)[:12_000],  # the longest reply a turn may send
     "one-long-word": "y" * 9000,
     "indented-fence-in-a-list": "1. Run this:\n   ```python\n" + INDENTED + "\n   ```\n2. Done.",
     "four-backtick-fence": "````markdown\n```python\n" + CODE + "\n```\n````",
