@@ -167,7 +167,9 @@ async def _import(app: App, args: argparse.Namespace) -> int:
     user = args.user or export.user
     if not tenant or not user:
         raise ConfigError("the export names no tenant or user; pass --tenant and --user")
-    counts = await app.members.admin_import(tenant, _operator(), user, export, args.replace)
+    counts = await app.members.admin_import(
+        tenant, _operator(), user, export, args.replace, Progress("importing")
+    )
     print(
         f"imported {counts['messages']} messages, {counts['passages']} passages and "
         f"{counts['blocks']} blocks into {user}@{tenant}",

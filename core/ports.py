@@ -5,6 +5,7 @@
     Metrics.count/observe  what the engine reports (bot.observability: Prometheus)
     Platforms              where messages go when no live handler waits for them
     Send                   one reply text, to where it belongs
+    Progress               (done, total) of a long operator command, for a progress bar
 
 Tests point the `openai` client at a local fake server that speaks the OpenAI wire format.
 Metric names are enums, so a name the exporter does not know cannot be written.
@@ -18,6 +19,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 Send = Callable[[str], Awaitable[None]]
+Progress = Callable[[int, int], None]  # (done, total) of a long operator command
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from core.events import EventStatus, clean_text
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
-from core.ports import Embedder
+from core.ports import Embedder, Progress
 from core.scope import Scope, enter_scope
 
 FORMAT = "companion-export"
@@ -258,6 +258,7 @@ async def import_agent(
     now: datetime,
     embedder: Embedder | None = None,
     replace: bool = False,
+    progress: Progress | None = None,
 ) -> dict[str, int]:
     """Restore an export into the agent at `scope`; returns what was restored, by kind."""
     existing = await _has_memory(session, scope)
@@ -265,7 +266,7 @@ async def import_agent(
         raise ImportConflict(scope.agent_id, existing)
     await clear_memory(session, scope)
     store = AgentStore(session, scope, config.max_message_tokens)
-    await _restore(store, export, config, now, embedder)
+    await _restore(store, export, config, now, embedder, progress or _quiet)
     return {
         "blocks": len(export.blocks),
         "messages": len(export.messages),
@@ -279,8 +280,11 @@ async def _restore(
     config: EngineConfig,
     now: datetime,
     embedder: Embedder | None,
+    progress: Progress,
 ) -> None:
     scope = store.scope
+    total, done = len(export.messages) + len(export.passages), 0
+    progress(0, total)
     for block in export.blocks:
         store.session.add(
             Block(
@@ -295,6 +299,9 @@ async def _restore(
     for item in export.messages:
         fields = item.model_dump(exclude={"created_at"})
         await store.append(item.created_at, **fields)  # the store counts each message
+        done += 1
+        if done % 100 == 0:
+            progress(done, total)
     for summary in export.all_summaries(now):
         tokens = TokenCounter.count(summary.text) + 40
         await store.add_summary(summary.text, summary.covers_messages, tokens, summary.created_at)
@@ -305,4 +312,12 @@ async def _restore(
             vectors[start : start + 64] = await embedder.embed(texts[start : start + 64])
     for passage, vector in zip(export.passages, vectors, strict=True):
         await store.add_passage(passage.text, passage.created_at, passage.source, vector)
+        done += 1
+        if done % 100 == 0:
+            progress(done, total)
     await store.session.flush()
+    progress(total, total)
+
+
+def _quiet(done: int, total: int) -> None:
+    pass

@@ -14,15 +14,12 @@ continues it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import ConfigError, EmbeddingError, WrongDimension
-from core.ports import Embedder
+from core.ports import Embedder, Progress
 
-Progress = Callable[[int, int], None]  # (done, total)
 SIDE_COLUMN = "embedding_next"
 
 

@@ -25,7 +25,7 @@ from core.errors import BadSetting
 from core.members.portability import Export, export_agent, import_agent
 from core.memory.store import AgentStore
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
-from core.ports import Embedder
+from core.ports import Embedder, Progress
 from core.schedule.planning import plan_for, replan
 
 
@@ -190,7 +190,13 @@ class Members:
             return scope is not None
 
     async def admin_import(
-        self, tenant: str, actor: str, user: str, export: Export, replace: bool = False
+        self,
+        tenant: str,
+        actor: str,
+        user: str,
+        export: Export,
+        replace: bool = False,
+        progress: Progress | None = None,
     ) -> dict[str, int]:
         """Restore an export (see `parse_export`) into a member, after any turn in progress.
 
@@ -202,7 +208,7 @@ class Members:
             store = AgentStore(session, scope, self.config.max_message_tokens)
             await store.lock_agent()  # a running turn finishes first
             counts = await import_agent(
-                session, scope, export, self.config, self.clock(), self.embedder, replace
+                session, scope, export, self.config, self.clock(), self.embedder, replace, progress
             )
             await self._audit_in(
                 session, tenant, actor, "import", user, {**counts, "replace": replace}
