@@ -13,6 +13,7 @@ one line (`ConfigError`), e.g. the SQL an admin runs when the user may not creat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
 from collections.abc import AsyncIterator
@@ -113,10 +114,17 @@ async def _migration_lock(connection: AsyncConnection) -> AsyncIterator[None]:
     await connection.commit()
     try:
         yield
-    finally:
-        await connection.rollback()  # a failed statement leaves its transaction aborted
-        await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
-        await connection.commit()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that brought us here is the news
+            await _unlock(connection)
+        raise
+    await _unlock(connection)
+
+
+async def _unlock(connection: AsyncConnection) -> None:
+    await connection.rollback()  # a failed statement leaves its transaction aborted
+    await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
+    await connection.commit()
 
 
 async def _create_vector(connection: AsyncConnection) -> None:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot.database import (
+    ADMIN_SQL,
     APP_ROLE,
     MANAGED,
     MIGRATIONS,
@@ -91,6 +92,32 @@ def _migrations(connection: Connection) -> tuple[set[str], set[str]]:
     return set(MigrationContext.configure(connection).get_current_heads()), newest
 
 
+async def _missing_vector(connection: AsyncConnection) -> str:
+    """Why pgvector is not in this database, and who can fix it."""
+    available, creatable, database = (
+        await connection.execute(
+            text(
+                "SELECT count(v.name) > 0, bool_or(r.rolsuper OR (v.trusted AND "
+                "has_database_privilege(current_database(), 'CREATE'))), current_database() "
+                "FROM pg_roles r LEFT JOIN pg_available_extension_versions v "
+                "ON v.name = 'vector' WHERE r.rolname = current_user"
+            )
+        )
+    ).one()
+    if not available:
+        return (
+            "pgvector: not installed on this PostgreSQL server; install pgvector "
+            "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
+            "the embedded database"
+        )
+    if creatable:
+        return "pgvector: available but not created yet; `companion run` creates it on start"
+    return (
+        f"pgvector: not created in database {database}, and this user may not create it; an "
+        f"admin runs once, connected to {database}: {ADMIN_SQL} ({MANAGED})"
+    )
+
+
 async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
     results = []
     current, newest = await connection.run_sync(_migrations)
@@ -108,18 +135,7 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
     )
     if version is None:
-        available = await connection.scalar(
-            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
-        )
-        results.append(
-            fail(
-                "pgvector: available but not created yet; `companion run` creates it on start"
-                if available
-                else "pgvector: not installed on this PostgreSQL server; install pgvector "
-                "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
-                "the embedded database"
-            )
-        )
+        results.append(fail(await _missing_vector(connection)))
         return results
     held = None
     if current:

@@ -136,9 +136,14 @@ async def test_a_plain_role_runs_companion_behind_the_wall(cluster, fake, tmp_pa
             assert await session.scalar(text("SELECT count(*) FROM agents")) == 2
 
 
-async def test_without_pgvector_the_migration_says_what_an_admin_runs(cluster, tmp_path):
+async def test_without_pgvector_the_migration_says_what_an_admin_runs(cluster, fake):
     url, _ = cluster
     app = await plain_role(url, "app_novector")
+    out = io.StringIO()
+    await run_doctor(cli_env(fake, app), out)
+    (vector,) = [line for line in out.getvalue().splitlines() if "pgvector" in line]
+    assert vector.startswith("FAIL pgvector: not created in database app_novector")
+    assert "may not create it" in vector and "CREATE EXTENSION vector" in vector
     engine = make_engine(app)
     try:
         with pytest.raises(ConfigError) as error:
