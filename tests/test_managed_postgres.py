@@ -18,12 +18,23 @@ from pathlib import Path
 
 import openai
 import pytest
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import embedded_postgres, make_engine, migrate, open_database
+from bot.database import (
+    MIGRATIONS,
+    embedded_postgres,
+    make_engine,
+    migrate,
+    open_database,
+    serve_as_app_role,
+)
 from bot.doctor import run_doctor
 from core.config import EngineConfig
+from core.directory import ensure_agent
 from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
@@ -220,3 +231,45 @@ async def test_the_embedded_default_serves_as_an_ordinary_role(cluster, fake):
     await run_doctor(env, out)
     (wall,) = [line for line in out.getvalue().splitlines() if "row-level security" in line]
     assert wall.startswith("ok   row-level security: on") and "companion_app" in wall, wall
+
+
+async def test_an_older_embedded_database_is_handed_to_the_ordinary_role(cluster, fake):
+    """Before 0009 the embedded database was served as its superuser, who owns the tables:
+    the next start hands them to `companion_app`, and every member's memory is still there."""
+    url, _ = cluster
+    await as_admin(url, "CREATE SCHEMA legacy")
+    old = make_engine(url, schema="legacy")
+    try:
+        async with old.connect() as connection:
+            await connection.run_sync(upgrade_to, "0006")
+            await connection.commit()
+        sessions = async_sessionmaker(old, expire_on_commit=False)
+        async with sessions() as session, session.begin():
+            ann = await ensure_agent(session, "t", "ann", EngineConfig())
+            bob = await ensure_agent(session, "t", "bob", EngineConfig())
+    finally:
+        await old.dispose()
+    served = await serve_as_app_role(url, "legacy")
+    engine = make_engine(served, schema="legacy")
+    try:
+        assert await migrate(engine, 16) == 16
+        sessions = async_sessionmaker(engine, expire_on_commit=False)
+        for scope in (ann, bob):
+            assert await visible_agents(sessions, scope, "RESET ROLE") == {scope.agent_id}
+        async with sessions() as session:
+            owners = set(
+                await session.scalars(
+                    text("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'legacy'")
+                )
+            )
+        assert owners == {"companion_app"}
+    finally:
+        await engine.dispose()
+
+
+def upgrade_to(connection, revision: str) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    config.attributes["embedding_dim"] = 16
+    command.upgrade(config, revision)
