@@ -227,20 +227,21 @@ async def test_the_embedded_default_serves_as_an_ordinary_role(cluster, fake):
     finally:
         await engine.dispose()
     assert (owner, superuser) == ("companion_app", False)
-    out = io.StringIO()
-    await run_doctor(env, out)
-    (wall,) = [line for line in out.getvalue().splitlines() if "row-level security" in line]
+    # In a subprocess too: leaving the embedded server in this process would stop it.
+    doctor = await companion(env, "doctor")
+    (wall,) = [line for line in doctor.out.splitlines() if "row-level security" in line]
     assert wall.startswith("ok   row-level security: on") and "companion_app" in wall, wall
 
 
-async def test_an_older_embedded_database_is_handed_to_the_ordinary_role(cluster, fake):
+async def test_an_older_embedded_database_is_handed_to_the_ordinary_role(cluster):
     """Before 0009 the embedded database was served as its superuser, who owns the tables:
     the next start hands them to `companion_app`, and every member's memory is still there."""
     url, _ = cluster
-    await as_admin(url, "CREATE SCHEMA legacy")
-    old = make_engine(url, schema="legacy")
+    await as_admin(url, "CREATE DATABASE legacy")
+    old = make_engine(url_as(url, "postgres", "legacy"))
     try:
         async with old.connect() as connection:
+            await connection.execute(text("CREATE EXTENSION vector"))
             await connection.run_sync(upgrade_to, "0006")
             await connection.commit()
         sessions = async_sessionmaker(old, expire_on_commit=False)
@@ -249,8 +250,8 @@ async def test_an_older_embedded_database_is_handed_to_the_ordinary_role(cluster
             bob = await ensure_agent(session, "t", "bob", EngineConfig())
     finally:
         await old.dispose()
-    served = await serve_as_app_role(url, "legacy")
-    engine = make_engine(served, schema="legacy")
+    served = await serve_as_app_role(url_as(url, "postgres", "legacy"))
+    engine = make_engine(served)
     try:
         assert await migrate(engine, 16) == 16
         sessions = async_sessionmaker(engine, expire_on_commit=False)
@@ -259,7 +260,7 @@ async def test_an_older_embedded_database_is_handed_to_the_ordinary_role(cluster
         async with sessions() as session:
             owners = set(
                 await session.scalars(
-                    text("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'legacy'")
+                    text("SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'")
                 )
             )
         assert owners == {"companion_app"}
