@@ -6,14 +6,14 @@ their own. Now the key is (agent_id, dedup_key): each member's redeliveries are 
 once, and two members never share an event.
 
 Revision ID: 0008
-Revises: 0006
+Revises: 0007
 Create Date: 2026-12-01
 """
 
 from alembic import op
 
 revision = "0008"
-down_revision = "0006"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
