@@ -112,6 +112,7 @@ async def test_operator_work_outside_any_scope_sees_every_member(sessions):
     async with sessions() as session, session.begin():
         assert await _seen(session) == {s.agent_id for s in scopes}
         scope = await ensure_agent(session, "g2", "cy", EngineConfig())
-        await AgentStore(session, scope).append(NOW, role="user", content="hi", search_text="hi")
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        await store.append(NOW, role="user", content="hi", search_text="hi")
     async with sessions() as session:
         assert await session.scalar(text("SELECT count(*) FROM messages")) == 3
