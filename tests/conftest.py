@@ -1,8 +1,9 @@
 """Shared fixtures: one embedded Postgres per test run, a fresh schema per test, a fake model.
 
-pg_url           the embedded server's URL (session-wide; started once, stopped at the end)
-schema           a new, migrated schema for this test: tests never see each other's rows
-sessions         a session factory bound to that schema
+pg_url           the embedded server's URL, as its superuser (session-wide; started once)
+schema           a new, migrated schema for this test: tests never see each other's rows; set
+                 up as the embedded default is (owned by the ordinary role `companion_app`)
+sessions         a session factory bound to that schema, connected as Companion serves it
 fake             a FakeOpenAI server on loopback (the real `openai` client talks to it)
 clock            a clock the test moves by hand
 make_engine_for  build an Engine on `sessions` and `fake` with a chosen config and `clock`
@@ -31,7 +32,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import embedded_postgres, make_engine, migrate
+from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
 from core.config import EngineConfig
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.service import Members
@@ -80,13 +81,27 @@ async def _throwaway(url: str) -> None:
     await engine.dispose()
 
 
+# (server URL, schema) -> the URL Companion serves that schema with: on the embedded server,
+# as `companion_app`; on COMPANION_TEST_DATABASE_URL, as its own user.
+SERVED: dict[tuple[str, str], str] = {}
+
+
+def served_url(pg_url: str, schema: str | None) -> str:
+    return SERVED.get((pg_url, schema or ""), pg_url)
+
+
 async def _new_schema(pg_url: str) -> str:
     name = f"t{os.getpid()}_{next(_schemas)}"
-    engine = make_engine(pg_url)
-    async with engine.begin() as conn:
-        await conn.execute(text(f"CREATE SCHEMA {name}"))
-    await engine.dispose()
-    engine = make_engine(pg_url, schema=name)
+    if os.environ.get("COMPANION_TEST_DATABASE_URL"):
+        url = pg_url
+        engine = make_engine(pg_url)
+        async with engine.begin() as conn:
+            await conn.execute(text(f"CREATE SCHEMA {name}"))
+        await engine.dispose()
+    else:
+        url = await serve_as_app_role(pg_url, name)
+    SERVED[pg_url, name] = url
+    engine = make_engine(url, schema=name)
     await migrate(engine, 16)
     await engine.dispose()
     return name
@@ -94,7 +109,7 @@ async def _new_schema(pg_url: str) -> str:
 
 @asynccontextmanager
 async def _sessions_on(pg_url: str, schema: str) -> AsyncIterator[async_sessionmaker]:
-    engine = make_engine(pg_url, schema=schema)
+    engine = make_engine(served_url(pg_url, schema), schema=schema)
     yield async_sessionmaker(engine, expire_on_commit=False)
     await engine.dispose()
 
@@ -221,7 +236,7 @@ def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: s
         COMPANION_MODEL="fake",
         COMPANION_CONTEXT_WINDOW="8192",
         COMPANION_EMBEDDING_DIM="16",
-        DATABASE_URL=pg_url,
+        DATABASE_URL=served_url(pg_url, schema),
         PYTHONPATH=str(ROOT),
     )
     if schema:

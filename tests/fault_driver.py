@@ -61,7 +61,7 @@ async def talk(engine: Engine, text: str) -> None:
     event_id = await engine.submit(scope, InboundEvent(EventKind.USER_MESSAGE, text, f"m:{text}"))
     await pause("stored")
     await engine.drain(scope)
-    await engine.outbox.deliver(event_id, member_sees())
+    await engine.outbox.deliver(scope, event_id, member_sees())
 
 
 class Everywhere:

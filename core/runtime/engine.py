@@ -122,17 +122,25 @@ class Engine:
             "dedup_key": event.dedup_key,
             "created_at": self.clock(),
         }
+        # Keys are per agent (migration 0008): the same platform id from another member
+        # (a file shared into two DMs) is that member's own event, never this one.
         new_id = await session.scalar(
-            insert(Event).values(**values).on_conflict_do_nothing().returning(Event.id)
+            insert(Event)
+            .values(**values)
+            .on_conflict_do_nothing(index_elements=[Event.agent_id, Event.dedup_key])
+            .returning(Event.id)
         )
         if new_id is not None:
             return int(new_id), True
         existing = await session.scalar(
             select(Event.id).where(
-                Event.tenant_id == scope.tenant_id, Event.dedup_key == event.dedup_key
+                Event.tenant_id == scope.tenant_id,
+                Event.agent_id == scope.agent_id,
+                Event.dedup_key == event.dedup_key,
             )
         )
-        assert existing is not None
+        if existing is None:  # the key's row exists but is not this agent's: cannot happen
+            raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
         return int(existing), False
 
     async def submit(self, scope: Scope, event: InboundEvent) -> int:
@@ -186,7 +194,7 @@ class Engine:
         if send is None:
             replies = await self.outbox.take_replies(event_id) if new else []
         else:
-            replies = await self.outbox.deliver(event_id, send)
+            replies = await self.outbox.deliver(scope, event_id, send)
         return Exchange(event_id, replies, results.get(event_id))
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
@@ -295,7 +303,7 @@ class Engine:
         if send is None:
             replies = await self.outbox.take_replies(event_id)
         else:
-            replies = await self.outbox.deliver(event_id, send)
+            replies = await self.outbox.deliver(scope, event_id, send)
         return Exchange(event_id, replies, results.get(event_id))
 
     async def resume(self) -> int:

@@ -1,6 +1,8 @@
 """Getting replies out: the outbox, where a turn's replies wait until they are delivered.
 
-    deliver(event_id, send)       send an event's replies, each locked while sent, marked after
+    deliver(scope, event_id, send)  send an event's replies through the channel of `scope`'s
+                                  member, each locked while sent, marked after; a reply of
+                                  any other agent is refused (logged, never sent)
     redeliver(older_than, platforms)  retry replies that did not go out (platform down, crash)
     undelivered(event_id)         what is still waiting for an event
     take_replies(event_id)        take an event's replies (the terminal shows them at once)
@@ -36,9 +38,11 @@ class Outbox:
         self.sessions = sessions
         self.clock = clock
 
-    async def deliver(self, event_id: int, send: Send) -> list[str]:
+    async def deliver(self, scope: Scope, event_id: int, send: Send) -> list[str]:
         """Send the event's undelivered replies in order, each marked delivered once sent.
 
+        `send` is the channel of `scope`'s member: a reply of any other agent is never sent
+        through it (an error is logged and nothing goes out), whatever id the caller had.
         Each reply is row-locked while it is sent, so two deliverers (a redelivered event,
         the retry sweep, a second process) never send the same reply twice. A send that
         fails is counted on the reply and raised; the reply stays for the next attempt.
@@ -58,6 +62,16 @@ class Outbox:
                     .with_for_update(skip_locked=True)
                 )
                 if reply is None:
+                    return sent
+                if (reply.tenant_id, reply.agent_id) != (scope.tenant_id, scope.agent_id):
+                    log.error(
+                        "reply %s of event %s belongs to agent %s, not to agent %s whose "
+                        "channel was given: not sent",
+                        reply.id,
+                        event_id,
+                        reply.agent_id,
+                        scope.agent_id,
+                    )
                     return sent
                 try:
                     await send(reply.text)
@@ -81,7 +95,14 @@ class Outbox:
         async with self.sessions() as session:
             rows = (
                 await session.execute(
-                    select(Event.id, Tenant.key, User.external_id, Event.payload)
+                    select(
+                        Event.id,
+                        Event.tenant_id,
+                        Event.agent_id,
+                        Tenant.key,
+                        User.external_id,
+                        Event.payload,
+                    )
                     .join(Reply, Reply.event_id == Event.id)
                     .join(Agent, Agent.id == Event.agent_id)
                     .join(User, User.id == Agent.user_id)
@@ -97,11 +118,10 @@ class Outbox:
                 )
             ).all()
         done = failing = 0
-        for event_id, tenant, user, payload in rows:
+        for event_id, tenant_id, agent_id, tenant, user, payload in rows:
             try:
-                await self.deliver(
-                    event_id, platforms.reply_route(tenant, user, payload.get("meta") or {})
-                )
+                route = platforms.reply_route(tenant, user, payload.get("meta") or {})
+                await self.deliver(Scope(tenant_id, agent_id), event_id, route)
                 done += 1
             except Exception:
                 log.warning("redelivery of event %s failed", event_id, exc_info=True)

@@ -56,7 +56,8 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
 
 async def _deliver(engine: Engine, claim: Claim, platforms: Platforms) -> bool:
     try:
-        await engine.outbox.deliver(claim.event_id, platforms.direct(claim.tenant, claim.user))
+        route = platforms.direct(claim.tenant, claim.user)
+        await engine.outbox.deliver(claim.scope, claim.event_id, route)
     except NoPlatform:  # e.g. the terminal: it waits for the member's next chat
         return False
     except Exception:
