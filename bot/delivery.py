@@ -62,7 +62,7 @@ async def rest_router(settings: Settings) -> AsyncIterator[Router]:
             from adapters.discord.deliver import reply_sender as discord_reply
 
             use_discord_hosts(settings.discord_api_url)
-            client = discord.Client(intents=discord.Intents.none())
+            client = discord.Client(intents=discord.Intents(guilds=True))  # REST only: no gateway
             await client.login(settings.discord_token)
             stack.push_async_callback(client.close)
             router.add("discord", discord_dm(client), discord_reply(client))

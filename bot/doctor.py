@@ -84,12 +84,14 @@ def _why(error: BaseException) -> str:
 # --- database --------------------------------------------------------------------------------
 
 
-def _migrations(connection: Connection) -> tuple[set[str], set[str]]:
-    """(revisions the database is at, the newest revisions in migrations/)."""
+def _migrations(connection: Connection) -> tuple[set[str], set[str], set[str]]:
+    """(revisions the database is at, the newest revisions in migrations/, all of them)."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    newest = set(ScriptDirectory.from_config(config).get_heads())
-    return set(MigrationContext.configure(connection).get_current_heads()), newest
+    scripts = ScriptDirectory.from_config(config)
+    newest = set(scripts.get_heads())
+    known = {script.revision for script in scripts.walk_revisions()}
+    return set(MigrationContext.configure(connection).get_current_heads()), newest, known
 
 
 async def _missing_vector(connection: AsyncConnection) -> str:
@@ -120,15 +122,26 @@ async def _missing_vector(connection: AsyncConnection) -> str:
 
 async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
     results = []
-    current, newest = await connection.run_sync(_migrations)
+    current, newest, known = await connection.run_sync(_migrations)
     if current == newest:
         results.append(ok(f"database migrations: at the newest revision ({', '.join(newest)})"))
+    elif not current:
+        results.append(
+            ok(
+                "database migrations: a fresh database; the first companion command creates the tables"
+            )
+        )
+    elif current <= known:
+        at, head = ", ".join(sorted(current)), ", ".join(sorted(newest))
+        results.append(
+            ok(f"database migrations: at {at}; the next companion command migrates it to {head}")
+        )
     else:
-        at = ", ".join(sorted(current)) or "no tables yet"
         results.append(
             fail(
-                f"database migrations: at {at}, the newest is {', '.join(sorted(newest))}; "
-                "any companion command (e.g. `companion run`) migrates on start"
+                f"database migrations: the database is at {', '.join(sorted(current - known))}, "
+                "a revision this version of Companion does not know: it was migrated by a newer "
+                "version; run that version (or restore a backup taken before it)"
             )
         )
     version = await connection.scalar(
@@ -138,7 +151,7 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         results.append(fail(await _missing_vector(connection)))
         return results
     held = None
-    if current:
+    if await connection.scalar(text("SELECT to_regclass('meta') IS NOT NULL")):
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
     if held is None or int(held) == settings.embedding_dim:
         results.append(ok(f"pgvector {version}; embeddings of {settings.embedding_dim} dimensions"))
@@ -157,6 +170,8 @@ async def _wall(connection: AsyncConnection) -> Result:
     """Probe a member's transaction (rolled back): do the policies bind it, also after the
     transaction resets its role?"""
     who = await connection.scalar(text("SELECT current_user"))
+    if await connection.scalar(text("SELECT to_regproc('companion_enter') IS NULL")):
+        return ok("row-level security: set up with the tables by the first companion command")
     try:
         await connection.execute(text("SELECT companion_enter(0, 0)"))  # no such member
         bound = await connection.scalar(text("SELECT row_security_active('messages')"))
@@ -298,8 +313,8 @@ async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, wher
 async def check_platforms(settings: Settings) -> list[Result]:
     if not settings.slack_bot_token and not settings.discord_token:
         return [
-            fail(
-                "platforms: none configured, so `companion run` has nothing to serve; set "
+            ok(
+                "platforms: none configured: `companion chat` works; `companion run` needs "
                 "DISCORD_TOKEN and/or SLACK_BOT_TOKEN (see README: Configuration)"
             )
         ]
@@ -360,7 +375,7 @@ async def check_discord(settings: Settings) -> list[Result]:
 
     use_discord_hosts(settings.discord_api_url)
     where = discord.http.Route.BASE
-    client = discord.Client(intents=discord.Intents.none())
+    client = discord.Client(intents=discord.Intents(guilds=True))  # REST only: no gateway
     try:
         async with asyncio.timeout(TIMEOUT):
             await client.login(token)

@@ -73,6 +73,21 @@ class RedactFilter(logging.Filter):
         return True
 
 
+class NoiseFilter(logging.Filter):
+    """Drops libraries' warnings about choices Companion makes on purpose."""
+
+    NOISE = (
+        # Bolt reads SLACK_BOT_TOKEN itself; Companion hands it a client built from it.
+        ("slack_bolt", "`token` will be unused"),
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(
+            record.name.startswith(logger) and words in str(record.msg)
+            for logger, words in self.NOISE
+        )
+
+
 class ContextFilter(logging.Filter):
     """Puts the ids bound by the engine (`core.logcontext.bind`) on the record."""
 
@@ -121,6 +136,7 @@ def log_options(env: Mapping[str, str], command: str) -> tuple[int, bool]:
 def log_handler(stream: TextIO, json: bool) -> logging.Handler:
     """A handler writing JSON lines (or text) with event ids and no secrets to `stream`."""
     handler = logging.StreamHandler(stream)
+    handler.addFilter(NoiseFilter())
     handler.addFilter(ContextFilter())
     handler.addFilter(RedactFilter())
     handler.setFormatter(

@@ -306,9 +306,28 @@ async def test_doctor_on_a_database_that_is_down_or_not_migrated(fake, pg_url):
         await connection.execute(text("DROP SCHEMA IF EXISTS doctor_empty CASCADE"))
         await connection.execute(text("CREATE SCHEMA doctor_empty"))
     await engine.dispose()
+    out = io.StringIO()  # a chat-only setup on a fresh database: nothing to fix
+    assert await run_doctor(cli_env(fake, pg_url, "doctor_empty"), out) == 0, out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert "ok   database migrations: a fresh database; the first companion command" in "\n".join(
+        lines
+    )
+    assert any(
+        line.startswith("ok   platforms: none configured: `companion chat` works") for line in lines
+    )
+
+    engine = make_engine(pg_url)  # a database migrated by a newer Companion
+    async with engine.begin() as connection:
+        await connection.execute(
+            text("CREATE TABLE doctor_empty.alembic_version (version_num varchar(32) PRIMARY KEY)")
+        )
+        await connection.execute(text("INSERT INTO doctor_empty.alembic_version VALUES ('9999')"))
+    await engine.dispose()
     out = io.StringIO()
     assert await run_doctor(cli_env(fake, pg_url, "doctor_empty"), out) == 1
-    assert "FAIL database migrations: at no tables yet" in out.getvalue()
+    assert "FAIL database migrations: the database is at 9999, a revision this version" in (
+        out.getvalue()
+    ), out.getvalue()
 
     out = io.StringIO()
     assert await run_doctor({"COMPANION_RATE_LIMIT": "lots"}, out) == 1
@@ -373,3 +392,17 @@ def test_log_options_json_for_run_text_for_people():
         log_options({"COMPANION_LOG_FORMAT": "xml"}, "run")
     with pytest.raises(ConfigError, match="COMPANION_LOG_LEVEL"):
         log_options({"COMPANION_LOG_LEVEL": "loud"}, "run")
+
+
+def test_library_noise_about_deliberate_choices_is_dropped():
+    stream = io.StringIO()
+    handler = log_handler(stream, json=False)
+    logger = logging.getLogger("slack_bolt.AsyncApp")
+    logger.addHandler(handler)
+    try:
+        logger.warning("As you gave `client` as well, `token` will be unused.")
+        logger.warning("Failed to run listener function (error: boom)")
+    finally:
+        logger.removeHandler(handler)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and "Failed to run listener function" in lines[0]
