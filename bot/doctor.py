@@ -128,7 +128,8 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
     elif not current:
         results.append(
             ok(
-                "database migrations: a fresh database; the first companion command creates the tables"
+                "database migrations: a fresh database; the first companion command creates "
+                "the tables"
             )
         )
     elif current <= known:

@@ -40,7 +40,7 @@ from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
 from core.memory.tokens import TokenCounter
-from core.memory.turn import Mind
+from core.memory.turn import Mind, cut_reply
 from core.models import Block, Event, Message, Reply
 from core.runtime.engine import Engine
 from tests.conftest import COMPANION, ROOT, cli_env
@@ -332,7 +332,7 @@ def big_answer(kind: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", ["a plain answer", "a send_message", "a thought"])
-async def test_a_100_kb_answer_reaches_the_member_and_the_prompt_stays_bounded(engine, fake, kind):
+async def test_a_100_kb_answer_is_bounded_for_the_member_and_the_prompt(engine, fake, kind):
     answers = iter([big_answer(kind)])
 
     def brain(body: dict[str, Any]) -> dict[str, Any]:
@@ -345,7 +345,12 @@ async def test_a_100_kb_answer_reaches_the_member_and_the_prompt_stays_bounded(e
 
     exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "go on"))
 
-    assert exchange.replies == (["Short and sweet."] if kind == "a thought" else [BIG])
+    expected = {  # a reply is at most 12,000 characters: cut, or refused and rewritten
+        "a plain answer": [cut_reply(BIG)],
+        "a send_message": ["You said: go on"],
+        "a thought": ["Short and sweet."],
+    }[kind]
+    assert exchange.replies == expected and len(exchange.replies[0]) <= 12_000
     assert exchange.result is not None and exchange.result.error is None
     # The next turns' prompts carry it cut down, far inside the window.
     window = engine.mind.config.context_window
