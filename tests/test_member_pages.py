@@ -118,8 +118,8 @@ async def test_an_admins_reads_and_edits_are_audited_and_a_members_are_not(engin
     log = [(e.actor, e.action, e.target, e.detail) for e in await members.audit_log(T)]
     assert log == [
         ("mod", "edit", "ann", {"block": "human", "found": True}),
-        ("mod", "search", "ann", {"found": True}),
-        ("mod", "view", "ann", {"found": True}),
+        ("mod", "search", "ann", {"query": "hello", "found": True}),
+        ("mod", "view", "ann", {"page": "working context", "found": True}),
     ]  # the refused edit changed nothing, so it left no entry
 
 
@@ -188,5 +188,16 @@ async def test_tenant_settings_are_validated_audited_and_replan_openers(
         with pytest.raises(BadSetting, match=message):
             await community.change_settings(T, "mod", {**form, **bad})
     assert (await community.settings(T)).quiet_hours == "23:00-08:00"
-    log = [(e.actor, e.action) for e in await members.audit_log(T)]
-    assert log == [("mod", "settings")]
+    log = [(e.actor, e.action, e.detail) for e in await members.audit_log(T)]
+    assert log == [
+        (
+            "mod",
+            "settings",
+            {
+                "welcome": False,
+                "quiet_hours": "23:00-08:00",
+                "opener_inactivity_hours": 48.0,
+                "opener_max_unanswered": 2,
+            },  # what changed; openers and upkeep stayed as they were
+        )
+    ]

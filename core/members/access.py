@@ -124,6 +124,10 @@ def unsign(key: bytes, token: str, now: datetime, ttl: timedelta) -> Grant:
     return grant
 
 
+def _used() -> LinkRefused:
+    return LinkRefused("used", "This sign-in link was already used. Ask for a new one.")
+
+
 class Access:
     def __init__(
         self,
@@ -167,7 +171,15 @@ class Access:
         return f"{self.base_url}{SIGN_IN_PATH}?token={quote(token)}"
 
     async def check(self, token: str) -> Grant:
-        return unsign(await self.key(), token, self.clock(), self.link_ttl)
+        """What the link grants, if it is genuine, unexpired and unused."""
+        grant = unsign(await self.key(), token, self.clock(), self.link_ttl)
+        async with self.sessions() as session:
+            spent = await session.scalar(
+                select(WebSession.token_hash).where(WebSession.link_nonce == grant.nonce)
+            )
+        if spent is not None:
+            raise _used()
+        return grant
 
     async def redeem(self, token: str) -> tuple[str, Viewer]:
         """A new session for a valid link, once: the second use is refused."""
@@ -196,8 +208,8 @@ class Access:
                 .on_conflict_do_nothing(index_elements=["link_nonce"])
                 .returning(WebSession.token_hash)
             )
-        if created is None:
-            raise LinkRefused("used", "This sign-in link was already used. Ask for a new one.")
+        if created is None:  # another request redeemed it first
+            raise _used()
         return cookie, viewer
 
     async def viewer(self, cookie: str | None) -> Viewer | None:

@@ -92,6 +92,18 @@ def parse_tenant_settings(form: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+def _stored(settings: TenantSettings) -> dict[str, Any]:
+    """The settings under the names `Tenant.settings` keeps them by."""
+    return {
+        "welcome": settings.welcome,
+        "openers": settings.openers,
+        "quiet_hours": settings.quiet_hours,
+        "opener_inactivity_hours": settings.inactivity_hours,
+        "opener_max_unanswered": settings.max_unanswered,
+        "upkeep": settings.upkeep,
+    }
+
+
 class Community:
     def __init__(
         self,
@@ -186,9 +198,12 @@ class Community:
     async def change_settings(
         self, tenant: str, actor: str, form: Mapping[str, str]
     ) -> TenantSettings:
-        """Validate and save, audit, and re-plan every member's next opener, all at once."""
-        changes = parse_tenant_settings(form)
+        """Validate and save, audit what changed, and re-plan every member's next opener."""
+        wanted = parse_tenant_settings(form)
         async with self.sessions() as session, session.begin():
+            row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
+            before = _stored(self._effective(row.settings if row else {}))
+            changes = {key: value for key, value in wanted.items() if before[key] != value}
             await record(session, tenant, actor, "settings", None, changes, self.clock())
             row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
             assert row is not None  # the audit entry made sure of it

@@ -114,8 +114,15 @@ class Members:
                 await enter_scope(session, scope)
             yield session, scope
 
+    async def profile(self, tenant: str, user: str) -> tuple[str | None, str] | None:
+        """The member's display name and time zone, for showing times; None if unknown."""
+        async with self.sessions() as session:
+            member = await self._user(session, tenant, user)
+            return (member.display_name, member.timezone) if member else None
+
     async def view(self, tenant: str, user: str, actor: str | None = None) -> MemoryView | None:
-        async with self._reading(tenant, user, actor, "view") as (session, scope):
+        page = {"page": "working context"}
+        async with self._reading(tenant, user, actor, "view", **page) as (session, scope):
             if scope is None:
                 return None
             blocks = await session.scalars(
@@ -173,7 +180,8 @@ class Members:
         self, tenant: str, user: str, before: int | None = None, actor: str | None = None
     ) -> browse.Conversation:
         """What was said (newest page, or the page before message id `before`)."""
-        async with self._reading(tenant, user, actor, "view") as (session, scope):
+        page = {"page": "conversation"}
+        async with self._reading(tenant, user, actor, "view", **page) as (session, scope):
             if scope is None:
                 return browse.Conversation([], None)
             return await browse.recent_conversation(session, scope, before)
@@ -182,7 +190,7 @@ class Members:
         self, tenant: str, user: str, query: str, page: int = 1, actor: str | None = None
     ) -> Page:
         """Recall search, as the agent's own `conversation_search` ranks it."""
-        async with self._reading(tenant, user, actor, "search") as (session, scope):
+        async with self._reading(tenant, user, actor, "search", query=query) as (session, scope):
             if scope is None or not query.strip():
                 return Page([], 1, 1, 0)
             return await recall_search(session, scope, query, max(page, 1), SEARCH_PAGE)
@@ -190,7 +198,7 @@ class Members:
     async def passages(
         self, tenant: str, user: str, page: int = 1, actor: str | None = None
     ) -> browse.Passages:
-        async with self._reading(tenant, user, actor, "view") as (session, scope):
+        async with self._reading(tenant, user, actor, "view", page="archival") as (session, scope):
             if scope is None:
                 return browse.Passages([], 1, 1, 0)
             return await browse.passage_page(session, scope, page)
@@ -207,7 +215,7 @@ class Members:
     async def opener_status(
         self, tenant: str, user: str, actor: str | None = None
     ) -> browse.OpenerStatus | None:
-        async with self._reading(tenant, user, actor, "view") as (session, scope):
+        async with self._reading(tenant, user, actor, "view", page="settings") as (session, scope):
             if scope is None:
                 return None
             return await browse.opener_status(session, scope, self.config.schedule)
