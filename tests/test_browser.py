@@ -8,6 +8,7 @@ pictures in docs/ that the README shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -60,7 +61,9 @@ async def site(engine, sessions, clock):
 @pytest.fixture
 async def context(browser):
     # No JavaScript: every page must work without it.
-    ctx = await browser.new_context(java_script_enabled=False, viewport={"width": 1100, "height": 900})
+    ctx = await browser.new_context(
+        java_script_enabled=False, viewport={"width": 1100, "height": 900}
+    )
     ctx.set_default_timeout(10_000)
     yield ctx
     await ctx.close()
@@ -80,10 +83,14 @@ async def assert_accessible(page) -> None:
     """Every control has a label, the page has one h1 and a language, nothing overflows."""
     unlabelled = await page.evaluate(
         """() => [...document.querySelectorAll('input, textarea, select')]
-            .filter(e => e.type !== 'hidden' && e.labels.length === 0 && !e.getAttribute('aria-label'))
+            .filter(e => e.type !== 'hidden' && e.labels.length === 0)
+            .filter(e => !e.getAttribute('aria-label'))
             .map(e => e.outerHTML)"""
     )
     assert unlabelled == []
+    assert await page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), (
+        "the page is wider than the window"
+    )
     assert await page.locator("h1").count() == 1
     assert await page.get_attribute("html", "lang") == "en"
     nameless = await page.evaluate(
@@ -188,7 +195,7 @@ async def test_a_member_exports_then_forgets_after_confirming(site, context):
         await page.get_by_role("button", name="Download my memory (JSON)").click()
     download = await waiting.value
     assert download.suggested_filename == "memory-ann.json"
-    doc = json.loads(Path(await download.path()).read_text())
+    doc = json.loads(await asyncio.to_thread(Path(await download.path()).read_text))
     assert any("my sister lives in Lisbon" in (m["content"] or "") for m in doc["messages"])
     assert len(doc["passages"]) == 2
 

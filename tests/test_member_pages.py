@@ -98,7 +98,9 @@ async def test_passages_list_with_source_and_delete_only_ones_own(engine, member
     page = await members.passages(T, "ann")
     assert page.total == 1 and page.rows[0].source == "recipes.md (part 1 of 1)"
     async with sessions() as session:
-        bobs = (await session.scalars(select(Passage.id).where(Passage.source.startswith("bob.txt")))).one()
+        bobs = (
+            await session.scalars(select(Passage.id).where(Passage.source.startswith("bob.txt")))
+        ).one()
     assert not await members.delete_passage(T, "ann", bobs)  # another member's id: nothing
     assert (await members.passages(T, "bob")).total == 1
     assert await members.delete_passage(T, "ann", page.rows[0].id)
@@ -154,8 +156,9 @@ async def test_usage_is_per_day_zero_filled(engine, community, clock):
     clock.advance(days=2)
     await chat(engine, "ann", "hello again")
     days = await community.usage(T, days=5)
-    assert [d.day for d in days] == [date(2026, 2, 27 + i) if i < 2 else date(2026, 3, i - 1)
-                                     for i in range(5)]
+    assert [d.day for d in days] == [
+        date(2026, 2, 27 + i) if i < 2 else date(2026, 3, i - 1) for i in range(5)
+    ]
     assert [d.tokens > 0 for d in days] == [False, False, True, False, True]
     assert sum(d.tokens for d in await community.usage("discord:2")) == 0
 

@@ -94,7 +94,9 @@ class MemberPages:
         blocks = []
         for label, value, limit in view.blocks if view else []:
             if refused and refused.label == label:
-                blocks.append(BlockForm(label, refused.text, value, len(value), limit, refused.error))
+                blocks.append(
+                    BlockForm(label, refused.text, value, len(value), limit, refused.error)
+                )
             else:
                 blocks.append(BlockForm(label, value, value, len(value), limit))
         saved = request.query.get("saved")
@@ -280,14 +282,26 @@ class MemberPages:
 
     async def refuse(self, visit: Visit, message: str) -> web.Response:
         return self.templates.page(
-            "message.html", 403, title="Not allowed", viewer=visit.viewer, message=message,
-            hint=None, back=visit.base, back_label="Back",
+            "message.html",
+            403,
+            title="Not allowed",
+            viewer=visit.viewer,
+            message=message,
+            hint=None,
+            back=visit.base,
+            back_label="Back",
         )
 
     async def missing(self, visit: Visit) -> web.Response:
         return self.templates.page(
-            "message.html", 404, title="Not found", viewer=visit.viewer, message=NOT_FOUND,
-            hint=None, back=visit.base, back_label="Back",
+            "message.html",
+            404,
+            title="Not found",
+            viewer=visit.viewer,
+            message=NOT_FOUND,
+            hint=None,
+            back=visit.base,
+            back_label="Back",
         )
 
     def routes(self, member_page: Any) -> list[web.RouteDef]:

@@ -118,8 +118,7 @@ def unsign(key: bytes, token: str, now: datetime, ttl: timedelta) -> Grant:
         minutes = int(ttl.total_seconds() // 60)
         raise LinkRefused(
             "expired",
-            f"This sign-in link has expired (links work for {minutes} minutes). "
-            "Ask for a new one.",
+            f"This sign-in link has expired (links work for {minutes} minutes). Ask for a new one.",
         )
     return grant
 
@@ -187,7 +186,9 @@ class Access:
         now = self.clock()
         cookie = secrets.token_urlsafe(32)
         ttl = SESSION_TTL["admin" if grant.member is None else "member"]
-        viewer = Viewer(grant.tenant, grant.member, grant.actor, secrets.token_urlsafe(24), now + ttl)
+        viewer = Viewer(
+            grant.tenant, grant.member, grant.actor, secrets.token_urlsafe(24), now + ttl
+        )
         async with self.sessions() as session, session.begin():
             # Rows stay a link's lifetime past their end, so an old link's nonce stays spent.
             await session.execute(

@@ -116,7 +116,9 @@ async def remove_passage(session: AsyncSession, scope: Scope, passage_id: int) -
     return deleted is not None
 
 
-async def opener_status(session: AsyncSession, scope: Scope, config: ScheduleConfig) -> OpenerStatus:
+async def opener_status(
+    session: AsyncSession, scope: Scope, config: ScheduleConfig
+) -> OpenerStatus:
     agent = await session.scalar(
         select(Agent).where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
     )

@@ -163,7 +163,7 @@ class Members:
         async with self._reading(tenant, user, actor, "edit", block=label) as (session, scope):
             if scope is None:
                 raise BlockRefused(label, "there is no memory to edit yet")
-            store = AgentStore(session, scope)
+            store = AgentStore(session, scope, self.config.max_message_tokens)
             await store.lock_agent()  # a turn in progress finishes first
             block = (await store.blocks()).get(label)
             if block is None:
@@ -207,9 +207,10 @@ class Members:
         self, tenant: str, user: str, passage_id: int, actor: str | None = None
     ) -> bool:
         """Delete one of the member's archival passages; False if they have no such passage."""
-        async with self._reading(
-            tenant, user, actor, "delete passage", passage=passage_id
-        ) as (session, scope):
+        async with self._reading(tenant, user, actor, "delete passage", passage=passage_id) as (
+            session,
+            scope,
+        ):
             return scope is not None and await browse.remove_passage(session, scope, passage_id)
 
     async def opener_status(
