@@ -289,8 +289,17 @@ async def test_expired_tampered_and_used_links_are_refused(site, context, clock)
     response = await page.goto(f"{site.url}/signin?token={bob_payload}.{ann_signature}")
     assert response.status == 403  # Bob's payload under Ann's signature
 
-    used = await site.link("ann")
-    await (await sign_in(context, used)).close()
+    fresh = await site.link("ann")
+    token = fresh.split("token=")[1]
+    for form in ({"token": token}, {"token": token, "nonce": "guessed"}):  # not from its page
+        posted = await context.request.post(f"{site.url}/signin", form=form, max_redirects=0)
+        assert posted.status == 403 and "did not come from the link" in (
+            await posted.text()
+        )
+    await (await sign_in(context, fresh)).close()  # the link was not used up by those
+    assert await page.goto(f"{site.url}/members/ann") and "Working context" in await page.title()
+
+    used = fresh
     response = await page.goto(used)
     assert response.status == 410 and "already used" in await page.inner_text("main")
     assert await page.get_by_role("button", name="Continue").count() == 0

@@ -40,9 +40,12 @@ async def until_listening(url: str, http: aiohttp.ClientSession) -> None:
 async def sign_in(http: aiohttp.ClientSession, link: str) -> aiohttp.ClientResponse:
     token = link.split("token=")[1]
     async with http.get(link) as page:
-        assert page.status == 200 and "Continue" in await page.text()
+        html = await page.text()
+        assert page.status == 200 and "Continue" in html
+    nonce = html.split('name="nonce" value="')[1].split('"')[0]
     base = link.split("/signin")[0]
-    return await http.post(f"{base}/signin", data={"token": token}, allow_redirects=False)
+    form = {"token": token, "nonce": nonce}
+    return await http.post(f"{base}/signin", data=form, allow_redirects=False)
 
 
 async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url, schema, engine):

@@ -10,7 +10,9 @@ after their community. Server-rendered HTML (Jinja2) on aiohttp; reading needs n
     GET  /                 your pages when signed in, else how to get a link
     GET  /signin?token=    what the link opens, and a Continue button: a link preview that
                            fetches the URL does not use up the link
-    POST /signin           the link, once, for a session cookie (HttpOnly, SameSite=Lax)
+    POST /signin           the link, once, for a session cookie (HttpOnly, SameSite=Lax);
+                           only from that page (a nonce in its form and a SameSite=Strict
+                           cookie), so another site cannot sign a browser in as someone else
     POST /signout
 
 `add_inspector(app, inspector)` puts it all on an aiohttp app: `companion web`'s own, or the
@@ -19,6 +21,8 @@ one `companion run` serves health checks (and Slack's HTTP mode) on.
 
 from __future__ import annotations
 
+import hmac
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,11 @@ from core.members.community import Community
 from core.members.service import Members
 
 STYLESHEET = Path(__file__).parent / "static" / "inspector.css"
+SIGN_IN_NONCE = "companion_signin"
+FOREIGN_SIGN_IN = (
+    "This sign-in did not come from the link's own page, so it was not used. "
+    "Open the link again and press Continue."
+)
 ASK_AGAIN = (
     "Ask the bot for a new link: /memory web on Discord or /companion web on Slack "
     "(admins: /admin web, /companion admin web)."
@@ -95,10 +104,29 @@ class _Front:
             grant = await self.inspector.access.check(token)
         except LinkRefused as error:
             return self._link_refused(error)
-        return self.templates.page("signin.html", title="Sign in", grant=grant, token=token)
+        nonce = secrets.token_urlsafe(16)
+        page = self.templates.page(
+            "signin.html", title="Sign in", grant=grant, token=token, nonce=nonce
+        )
+        page.set_cookie(
+            SIGN_IN_NONCE,
+            nonce,
+            max_age=int(self.inspector.access.link_ttl.total_seconds()),
+            path=SIGN_IN_PATH,
+            httponly=True,
+            samesite="Strict",
+            secure=self.inspector.secure_cookies or request.secure,
+        )
+        return page
 
     async def signin(self, request: web.Request) -> web.StreamResponse:
-        token = str((await request.post()).get("token", ""))
+        form = await request.post()
+        token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
+        expected = request.cookies.get(SIGN_IN_NONCE, "")
+        if not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
+            return self.templates.page(
+                "message.html", 403, title="Not signed in", message=FOREIGN_SIGN_IN, back=None
+            )
         try:
             cookie, viewer = await self.inspector.access.redeem(token)
         except LinkRefused as error:
@@ -114,6 +142,7 @@ class _Front:
             samesite="Lax",
             secure=self.inspector.secure_cookies or request.secure,
         )
+        response.del_cookie(SIGN_IN_NONCE, path=SIGN_IN_PATH)
         return response
 
     async def signout(

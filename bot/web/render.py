@@ -152,5 +152,7 @@ class Templates:
         context.setdefault("viewer", None)
         context.setdefault("tabs", [])
         context.setdefault("subtabs", [])
+        for optional in ("hint", "back", "back_label"):
+            context.setdefault(optional, None)
         html = self.env.get_template(template).render(**context)
         return web.Response(text=html, status=status, content_type="text/html")
