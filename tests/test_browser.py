@@ -293,9 +293,7 @@ async def test_expired_tampered_and_used_links_are_refused(site, context, clock)
     token = fresh.split("token=")[1]
     for form in ({"token": token}, {"token": token, "nonce": "guessed"}):  # not from its page
         posted = await context.request.post(f"{site.url}/signin", form=form, max_redirects=0)
-        assert posted.status == 403 and "did not come from the link" in (
-            await posted.text()
-        )
+        assert posted.status == 403 and "did not come from the link" in (await posted.text())
     await (await sign_in(context, fresh)).close()  # the link was not used up by those
     assert await page.goto(f"{site.url}/members/ann") and "Working context" in await page.title()
 
