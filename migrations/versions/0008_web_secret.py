@@ -4,8 +4,8 @@
 here, once. `web_sessions` holds the hash of each signed-in browser's token (see
 `core.members.access`).
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-12-01
 """
 
@@ -14,8 +14,8 @@ import secrets
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
