@@ -9,7 +9,7 @@
 A link's token is `<payload>.<signature>` in base64url: the payload names the tenant, the
 member (none for an admin of the tenant), whom it was issued to, its expiry and a random
 nonce; the signature is HMAC-SHA256 under the deployment's secret (COMPANION_SECRET_KEY, else
-the one migration 0008 generated into `meta`). The browser keeps a random session token and
+the one migration 0010 generated into `meta`). The browser keeps a random session token and
 the database only its SHA-256, so a copy of the table opens nothing. `Viewer.may_see` is the
 one rule of who reads whose memory: a member only their own, an admin anyone in their tenant.
 """

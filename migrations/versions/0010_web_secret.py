@@ -4,8 +4,8 @@
 here, once. `web_sessions` holds the hash of each signed-in browser's token (see
 `core.members.access`).
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01
 """
 
@@ -14,8 +14,8 @@ import secrets
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
