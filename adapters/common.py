@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.members.access import Access
 from core.members.service import Members, MemoryView
 from core.runtime.engine import Engine
 
@@ -21,6 +22,16 @@ class Services:
     members: Members
     admin_ids: frozenset[str] = field(default_factory=frozenset)
     welcome_default: bool = True
+    access: Access | None = None  # sign-in links to the memory inspector
+
+    async def web_link(self, tenant: str, user: str, admin: bool = False) -> str:
+        """What to answer `/memory web` (or the admin variant) with: a private link."""
+        if self.access is None:
+            return NO_INSPECTOR
+        url = await self.access.link(tenant, None if admin else user, user)
+        minutes = int(self.access.link_ttl.total_seconds() // 60)
+        what = "your community's members, usage and settings" if admin else "your memory"
+        return WEB_LINK.format(url=url, minutes=minutes, what=what)
 
     async def welcome_enabled(self, tenant: str) -> bool:
         settings = await self.members.tenant_settings(tenant)
@@ -33,6 +44,11 @@ WELCOME_EVENT = (
     "and invite them to say hello."
 )
 NOT_ADMIN = "Only community admins can do that."
+NO_INSPECTOR = "The memory inspector is not running here; ask the operator."
+WEB_LINK = (
+    "Here is your private link to {what} in a browser: <{url}>\n"
+    "It works once, for {minutes} minutes. Don't share it: it opens {what}."
+)
 SORRY = "Sorry, something went wrong on my side; please try again in a moment."
 FORGET_DONE = "Done: everything I remembered about you is erased."
 FORGET_ASK = "This erases everything I remember about you, for good. Are you sure?"
@@ -40,7 +56,8 @@ NOTHING_YET = "I don't have any memory of you yet. Say hello first!"
 HELP = (
     "memory: show what I remember about you | export: send you all of it as a file | "
     "forget: erase it | openers on/off: whether I may start conversations | "
-    "quiet 22:00-09:00: hours I stay silent | timezone Europe/Berlin: your time zone"
+    "quiet 22:00-09:00: hours I stay silent | timezone Europe/Berlin: your time zone | "
+    "web: a private link to see and correct your memory in a browser"
 )
 
 

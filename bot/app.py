@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -22,6 +22,8 @@ from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
+from core.members.access import Access
+from core.members.community import Community
 from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
@@ -36,6 +38,8 @@ class App:
     sessions: async_sessionmaker[AsyncSession]
     engine: Engine
     members: Members  # what members, admins and operators do with memory (audited)
+    community: Community  # a tenant at a glance, for its admins
+    access: Access  # sign-in links and sessions of the memory inspector
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
@@ -85,4 +89,14 @@ async def open_app(
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
         engine = Engine(sessions, mind, clock) if clock else Engine(sessions, mind)
         members = Members(sessions, config, engine.clock, embedder)
-        yield App(settings, sessions, engine, members, embedder, held_dim, metrics)
+        community = Community(sessions, config, engine.clock, settings.welcome)
+        access = Access(
+            sessions,
+            engine.clock,
+            settings.base_url,
+            settings.secret_key,
+            timedelta(minutes=settings.link_minutes),
+        )
+        yield App(
+            settings, sessions, engine, members, community, access, embedder, held_dim, metrics
+        )

@@ -6,6 +6,8 @@
     companion reset --tenant T --user U [--yes]
     companion reembed [--dim N] [--missing]
     companion run
+    companion web
+    companion link --tenant T (--user U | --admin)
     companion openers list [--due]
     companion tick [--now ISO-8601]
     companion doctor
@@ -37,6 +39,7 @@ from bot.operator import list_openers, parse_now, run_tick
 from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
+from bot.web.serve import serve_web
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 from core.members.portability import parse_export
 from core.members.reembed import change_dimension, reembed
@@ -96,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
+    commands.add_parser("web", help="serve the memory inspector (and health checks) alone")
+
+    link = commands.add_parser("link", help="print a sign-in link to the memory inspector")
+    link.add_argument("--tenant", required=True)
+    whom = link.add_mutually_exclusive_group(required=True)
+    whom.add_argument("--user", help="a member: the link opens their own memory")
+    whom.add_argument("--admin", action="store_true", help="an admin of the tenant")
 
     openers = commands.add_parser("openers", help="scheduled conversation openers")
     openers_cmd = openers.add_subparsers(dest="openers_command", required=True, metavar="list")
@@ -230,9 +240,32 @@ async def _serve(app: App, args: argparse.Namespace) -> int:
     return await run(app)
 
 
+async def _web(app: App, args: argparse.Namespace) -> int:
+    return await serve_web(app)
+
+
+async def _link(app: App, args: argparse.Namespace) -> int:
+    if args.admin:
+        url = await app.access.link(args.tenant, None, _operator())
+        whom = f"an admin of {args.tenant}"
+    else:
+        url = await app.access.link(args.tenant, args.user, args.user)
+        whom = f"{args.user}@{args.tenant}"
+        if await app.members.profile(args.tenant, args.user) is None:
+            print(f"note: no memory of {whom} yet", file=sys.stderr)
+    print(url)
+    print(
+        f"signs in {whom} once, within {app.settings.link_minutes} minutes; don't share it",
+        file=sys.stderr,
+    )
+    return 0
+
+
 COMMANDS = {
     "chat": _chat,
     "run": _serve,
+    "web": _web,
+    "link": _link,
     "openers": _openers,
     "tick": _tick,
     "export": _export,

@@ -119,7 +119,8 @@ class JsonFormatter(logging.Formatter):
 
 def log_options(env: Mapping[str, str], command: str) -> tuple[int, bool]:
     """(level, JSON?) from COMPANION_LOG_LEVEL and COMPANION_LOG_FORMAT; JSON is the
-    default for `companion run`, text for the commands a person types."""
+    default for the servers (`companion run`, `companion web`), text for the commands a
+    person types."""
     name = env.get("COMPANION_LOG_LEVEL", "").strip().upper() or "WARNING"
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
@@ -127,7 +128,7 @@ def log_options(env: Mapping[str, str], command: str) -> tuple[int, bool]:
             f"COMPANION_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {name!r}"
         )
     style = env.get("COMPANION_LOG_FORMAT", "").strip().lower()
-    style = style or ("json" if command == "run" else "text")
+    style = style or ("json" if command in ("run", "web") else "text")
     if style not in ("json", "text"):
         raise ConfigError(f"COMPANION_LOG_FORMAT must be json or text, got {style!r}")
     return level, style == "json"

@@ -4,8 +4,9 @@
     Slack     when SLACK_BOT_TOKEN is set: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP
               mode with SLACK_SIGNING_SECRET on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
               at /slack/events
-    HTTP      /healthz, /readyz and /metrics on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
-              (the same server as Slack's HTTP mode, when that runs)
+    HTTP      /healthz, /readyz, /metrics and the memory inspector (bot/web) on
+              COMPANION_HTTP_HOST:COMPANION_HTTP_PORT (the same server as Slack's HTTP mode,
+              when that runs)
     scheduler APScheduler ticks every minute: openers and upkeep that are due (claimed in
               Postgres, so several processes share the work), replies that failed to go out
               (retried until delivered), and pending events left by a crashed process
@@ -29,7 +30,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from adapters.common import Services
 from bot.app import App
 from bot.delivery import Router
-from bot.health import Health, add_health_routes, serving
+from bot.health import Health, serving
+from bot.web.serve import http_routes
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,7 @@ async def slack_running(
         finally:
             await handler.close_async()
         return
-    web_app = add_health_routes(slack.web_app(path="/slack/events"), health)
+    web_app = http_routes(slack.web_app(path="/slack/events"), app, health)
     runner = web.AppRunner(web_app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.http_host, settings.http_port)
@@ -160,7 +162,9 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    services = Services(app.engine, app.members, settings.admin_ids, settings.welcome)
+    services = Services(
+        app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
+    )
     resumed = await app.engine.resume()
     if resumed:
         log.info("resumed pending events of %d agents", resumed)
@@ -169,7 +173,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
     async with AsyncExitStack() as stack:
         if not slack_http:  # otherwise the routes go on Slack's server
-            web_app = add_health_routes(web.Application(), health)
+            web_app = http_routes(web.Application(), app, health)
             await stack.enter_async_context(
                 serving(web_app, settings.http_host, settings.http_port)
             )

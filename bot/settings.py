@@ -69,6 +69,22 @@ def _schema(raw: str) -> str | None:
     return raw or None
 
 
+def _public_url(raw: str | None) -> str | None:
+    if raw and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", raw):
+        raise ConfigError(
+            f"COMPANION_PUBLIC_URL must look like https://companion.example.org, got {raw!r}"
+        )
+    return raw.rstrip("/") if raw else None
+
+
+def _secret(raw: str | None) -> str | None:
+    if raw and len(raw) < 32:
+        raise ConfigError(
+            "COMPANION_SECRET_KEY must have at least 32 characters (e.g. `openssl rand -hex 32`)"
+        )
+    return raw
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "companion"
@@ -97,6 +113,9 @@ class Settings:
     slack_api_url: str | None = None
     http_host: str = "0.0.0.0"
     http_port: int = 3000
+    public_url: str | None = None  # where people reach the inspector; else host and port
+    secret_key: str | None = None  # signs sign-in links; else a secret kept in the database
+    link_minutes: int = 15  # how long a sign-in link works
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
     rate_limit: tuple[int, int] | None = (30, 3600)  # messages, per seconds
@@ -128,6 +147,9 @@ class Settings:
             slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
             http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
             http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
+            public_url=_public_url(_text(env, "COMPANION_PUBLIC_URL")),
+            secret_key=_secret(_text(env, "COMPANION_SECRET_KEY")),
+            link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15) or 15,
             admin_ids=frozenset(
                 part.strip()
                 for part in env.get("COMPANION_ADMIN_IDS", "").split(",")
@@ -161,6 +183,18 @@ class Settings:
                 "SLACK_BOT_TOKEN needs SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET "
                 "(HTTP mode on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT, path /slack/events)"
             )
+
+    @property
+    def base_url(self) -> str:
+        """The inspector's address in links: COMPANION_PUBLIC_URL, else the host and port."""
+        if self.public_url:
+            return self.public_url
+        host = self.http_host
+        if host in ("0.0.0.0", "::", ""):  # every interface: this machine answers as localhost
+            host = "localhost"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.http_port}"
 
     @property
     def window(self) -> int:

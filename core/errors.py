@@ -16,7 +16,9 @@
         ├── UploadRejected     a file of the wrong type or size, or unreadable
         ├── BadSetting         a member's setting we cannot use (quiet hours, time zone)
         ├── BadExport          a file that is not a Companion export, or is damaged
-        └── ImportConflict     importing into an agent that already has memory
+        ├── ImportConflict     importing into an agent that already has memory
+        ├── BlockRefused       an edit of a working-context block we will not make
+        └── LinkRefused        a sign-in link that is tampered with, expired or used
 
 Every error carries the ids involved; `str(error)` is a sentence fit for the person who
 caused it (a `Refused` for the member or operator; the others for the operator's log).
@@ -125,3 +127,19 @@ class ImportConflict(Refused):
         )
         self.agent_id = agent_id
         self.messages = messages
+
+
+class BlockRefused(Refused):
+    """A person's edit of a working-context block: unknown, over its limit, or stale."""
+
+    def __init__(self, label: str, message: str) -> None:
+        super().__init__(message)
+        self.label = label
+
+
+class LinkRefused(Refused):
+    """A sign-in link we will not honour; `reason` is bad, expired or used."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -11,6 +11,7 @@ Every row that belongs to a member carries `tenant_id` and `agent_id`; queries f
                               ├─< outbox        replies waiting for delivery
                               └─< usage         tokens spent per day (budgets)
     tenants ─< audit_log                        admin actions on member data
+    web_sessions                                browsers signed in to the memory inspector
 """
 
 from __future__ import annotations
@@ -212,3 +213,21 @@ class Reply(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(TS)
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # failed sends so far
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class WebSession(Base):
+    """A browser signed in with a link: whose memory it may see, until when.
+
+    The browser holds a random token; only its SHA-256 is kept. `link_nonce` is the nonce of
+    the link it was exchanged for, unique, so each link signs in once.
+    """
+
+    __tablename__ = "web_sessions"
+    token_hash: Mapped[str] = mapped_column(String, primary_key=True)
+    tenant: Mapped[str] = mapped_column(String)  # the tenant key, e.g. discord:<guild id>
+    member: Mapped[str | None] = mapped_column(String)  # the member; None: an admin's session
+    actor: Mapped[str] = mapped_column(String)  # whom the link was for, as the audit log names
+    csrf: Mapped[str] = mapped_column(String)  # what every form of this session carries
+    link_nonce: Mapped[str] = mapped_column(String, unique=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS)

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
 from adapters.discord import build_discord_client
 from adapters.discord.commands import LAPSED, Confirm
+from core.members.access import Access
 from core.members.documents import MAX_UPLOAD_BYTES
 from core.models import Passage
 from tests.fake_discord import (
@@ -70,8 +71,9 @@ def resolved_member(user_id: int) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def bot(engine, members):
-    services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}))
+async def bot(engine, members, sessions, clock):
+    access = Access(sessions, clock, "https://companion.example")
+    services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}), access=access)
     roles = [
         role(BOT_ROLE, "Companion", bot_id=BOT_ID),
         role(MOD_ROLE, "Moderators", permissions=MANAGE_GUILD),
@@ -106,7 +108,13 @@ async def test_login_and_ready_sync_the_slash_commands(bot):
     (sync,) = bot.api.find("PUT", f"/applications/{APP_ID}/commands")
     commands = {c["name"]: c for c in sync.body}
     assert set(commands) == {"memory", "admin", "openers", "quiet-hours", "timezone"}
-    assert {o["name"] for o in commands["memory"]["options"]} == {"show", "export", "forget"}
+    assert {o["name"] for o in commands["memory"]["options"]} == {
+        "show",
+        "export",
+        "forget",
+        "web",
+    }
+    assert "web" in {o["name"] for o in commands["admin"]["options"]}
     assert int(commands["admin"]["default_member_permissions"]) == MANAGE_GUILD
     assert commands["admin"]["contexts"] == [0]  # servers only, never DMs
     assert commands["admin"]["dm_permission"] is False
@@ -426,7 +434,30 @@ async def test_member_settings(bot):
     assert (await bot.members.view(TENANT, str(ANN))).timezone == "Europe/Berlin"
 
 
+async def test_memory_web_answers_a_private_link_to_the_members_own_memory(bot):
+    await bot.mention(ANN, "hello")
+    asked = await bot.slash(ANN, "memory", subcommand("web"))
+    (callback,) = bot.api.callbacks(asked)
+    assert callback.body["data"]["flags"] & EPHEMERAL
+    text = callback.body["data"]["content"]
+    assert "works once, for 15 minutes" in text
+    link = re.search(r"<(https://companion\.example/signin\?token=[^>]+)>", text).group(1)
+    grant = await bot.services.access.check(link.split("token=")[1])
+    assert (grant.tenant, grant.member, grant.actor) == (TENANT, str(ANN), str(ANN))
+
+
 # Slash commands: admins
+
+
+async def test_admin_web_links_only_admins_to_the_communitys_pages(bot):
+    refused = await bot.slash(BOB, "admin", subcommand("web"))
+    assert bot.answers(refused) == [NOT_ADMIN]
+    asked = await bot.slash(MOD, "admin", subcommand("web"), permissions=MANAGE_GUILD)
+    (callback,) = bot.api.callbacks(asked)
+    assert callback.body["data"]["flags"] & EPHEMERAL
+    link = re.search(r"<([^>]+)>", callback.body["data"]["content"]).group(1)
+    grant = await bot.services.access.check(link.split("token=")[1])
+    assert (grant.tenant, grant.member, grant.actor) == (TENANT, None, str(MOD))
 
 
 def admin_export(target: int) -> dict[str, Any]:

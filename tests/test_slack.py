@@ -2,11 +2,13 @@
 against a local stand-in for Slack's Web API."""
 
 import json
+import re
 
 import pytest
 from sqlalchemy import select
 
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
+from core.members.access import Access
 from core.models import Passage
 from tests.fake_openai import last_user_text, say
 from tests.fake_slack import BOT_USER, TEAM
@@ -14,8 +16,9 @@ from tests.rigs import slack_envelope, slack_message, slack_rig
 
 
 @pytest.fixture
-async def slack(engine, members):
-    services = Services(engine, members, frozenset({"UOPS"}))
+async def slack(engine, members, sessions, clock):
+    access = Access(sessions, clock, "https://companion.example")
+    services = Services(engine, members, frozenset({"UOPS"}), access=access)
     async with slack_rig(services, users=("U1", "U2"), admins=("UADMIN",)) as rig:
         yield rig
 
@@ -228,3 +231,18 @@ async def test_app_home_shows_working_context(slack, fake):
         else api.called("views.publish")[-1]["view"]
     )
     assert view["type"] == "home" and "I love jazz" in json.dumps(view)
+
+
+async def test_web_links_are_private_and_the_admin_one_needs_the_role(slack, fake):
+    access = slack.services.access
+    answer = (await slack.command("web"))[-1]
+    assert answer["response_type"] == "ephemeral" and answer["unfurl_links"] is False
+    link = re.search(r"<(https://companion\.example/signin\?token=[^>]+)>", answer["text"])
+    grant = await access.check(link.group(1).split("token=")[1])
+    assert (grant.tenant, grant.member) == (f"slack:{TEAM}", "U1")
+    assert (await slack.command("admin web", user="U1"))[-1]["text"] == NOT_ADMIN
+    admin = (await slack.command("admin web", user="UADMIN"))[-1]
+    link = re.search(r"<([^>]+)>", admin["text"]).group(1)
+    grant = await access.check(link.split("token=")[1])
+    assert (grant.tenant, grant.member, grant.actor) == (f"slack:{TEAM}", None, "UADMIN")
+    assert "web:" in (await slack.command("help"))[-1]["text"]

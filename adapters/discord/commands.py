@@ -1,8 +1,9 @@
 """Slash commands: members manage their own memory, admins anyone's.
 
-    /memory show | export | forget        the member's own working context, file, erasure
+    /memory show | export | forget | web    the member's own working context, file, erasure,
+                                            a private sign-in link to the memory inspector
     /openers on|off, /quiet-hours, /timezone      the member's opener settings
-    /admin export | reset <member>, /admin welcome <enabled>      admins only
+    /admin export | reset <member>, /admin welcome <enabled>, /admin web      admins only
 
 Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
 Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
@@ -168,6 +169,11 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
 
         await _say(interaction, FORGET_ASK, view=Confirm(interaction, "Erase", erase))
 
+    @app_commands.command(description="A private link to see and correct your memory in a browser")
+    async def web(self, interaction: discord.Interaction) -> None:
+        services, tenant = self.state.services, self.state.tenant(interaction)
+        await _say(interaction, await services.web_link(tenant, str(interaction.user.id)))
+
 
 @app_commands.guild_only()
 @app_commands.allowed_contexts(guilds=True, dms=False, private_channels=False)
@@ -227,6 +233,12 @@ class AdminCommands(
         )
         state = "now get a welcome by DM" if enabled else "no longer get a welcome"
         await _say(interaction, f"New members {state}.")
+
+    @app_commands.command(description="A private link to members, memory, usage and settings")
+    async def web(self, interaction: discord.Interaction) -> None:
+        services, tenant = self.state.services, self.state.tenant(interaction)
+        link = await services.web_link(tenant, str(interaction.user.id), admin=True)
+        await _say(interaction, link)
 
 
 def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any, None]]:

@@ -1,8 +1,8 @@
 """The /companion slash command, its confirmation buttons, and the App Home tab.
 
     /companion memory | export | forget | openers on|off | quiet 22:00-09:00
-               | timezone Europe/Berlin | help
-    /companion admin export @member | admin reset @member | admin welcome on|off
+               | timezone Europe/Berlin | web | help
+    /companion admin export @member | admin reset @member | admin welcome on|off | admin web
 
 Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
 button only the person who asked can press. Admin means workspace admin or owner (asked
@@ -84,13 +84,18 @@ async def _admin(
         await respond(NOT_ADMIN)
         return
     action = words[0] if words else ""
+    if action == "web":
+        await respond(await services.web_link(tenant, actor, admin=True), unfurl_links=False)
+        return
     if action == "welcome" and len(words) > 1 and words[1] in ("on", "off"):
         await services.members.tenant_settings(tenant, actor=actor, welcome=words[1] == "on")
         await respond(f"Welcome messages are {words[1]}.")
         return
     target = MENTION.search(" ".join(words[1:]))
     if action not in ("export", "reset") or target is None:
-        await respond("Usage: /companion admin export @member | reset @member | welcome on|off")
+        await respond(
+            "Usage: /companion admin export @member | reset @member | welcome on|off | web"
+        )
         return
     member = target.group(1)
     if action == "export":
@@ -154,6 +159,8 @@ async def run_command(
         elif sub == "timezone" and len(words) > 1:
             saved = await members.settings(tenant, user, timezone=words[1])
             await respond(f"Time zone set to {saved['timezone']}.")
+        elif sub == "web":
+            await respond(await services.web_link(tenant, user), unfurl_links=False)
         elif sub == "admin":
             await _admin(services, client, tenant, user, words[1:], respond)
         else:

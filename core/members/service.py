@@ -1,16 +1,20 @@
 """What members, admins and operators do with memory outside the agent's own functions.
 
-Members: see their working context, export it, erase it ("forget me"), and set openers on or
-off, quiet hours and time zone. Admins (in the platforms) and operators (the `companion`
-command): export, import or reset any member's memory, change tenant settings; every such
-action is written to the audit log, naming who did it. Permission checks happen in the
-adapters (they know the platform's roles); nothing here is reachable by the model.
+Members: see their working context, conversation and archival passages, correct them (edit a
+block within its limit, delete a passage), export it all, erase it ("forget me"), and set
+openers on or off, quiet hours and time zone. Admins (in the platforms and the inspector) and
+operators (the `companion` command): the same for any member of their tenant, plus import,
+reset and tenant settings; every such action is written to the audit log, naming who did it.
+Methods that take an `actor` are the member's own when it is None, and audited otherwise.
+Permission checks happen at the edges (they know the platform's roles and the browser's
+session); nothing here is reachable by the model.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime, time
 from typing import Any
@@ -21,12 +25,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, reset_agent
-from core.errors import BadSetting
+from core.errors import BadSetting, BlockRefused
+from core.members import browse
+from core.members.audit import record
 from core.members.portability import Export, export_agent, import_agent
-from core.memory.store import AgentStore
+from core.memory.search import Page, recall_search
+from core.memory.store import AgentStore, write_block
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder, Progress
 from core.schedule.planning import plan_for, replan
+from core.scope import Scope, enter_scope
+
+SEARCH_PAGE = 10
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class MemoryView:
     passages: int
     timezone: str
     settings: dict[str, Any]
+    display_name: str | None = None
 
 
 def parse_quiet_hours(text: str) -> tuple[time, time]:
@@ -68,6 +79,11 @@ def parse_timezone(name: str) -> str:
     return name.strip()
 
 
+def _tidy(text: str) -> str:
+    """A block's text as a browser form sends it back: newlines as \\n, no outer blanks."""
+    return text.replace("\r\n", "\n").strip()
+
+
 class Members:
     def __init__(
         self,
@@ -81,9 +97,32 @@ class Members:
         self.clock = clock
         self.embedder = embedder  # imported passages are embedded with it
 
-    async def view(self, tenant: str, user: str) -> MemoryView | None:
-        async with self.sessions() as session:
+    @asynccontextmanager
+    async def _reading(
+        self, tenant: str, user: str, actor: str | None, action: str, **detail: Any
+    ) -> AsyncIterator[tuple[AsyncSession, Scope | None]]:
+        """One transaction on a member's memory, behind their row-level wall.
+
+        An admin's access (`actor` set) goes to the audit log first, in the same transaction.
+        """
+        async with self.sessions() as session, session.begin():
             scope = await find_agent(session, tenant, user)
+            if actor is not None:
+                detail["found"] = scope is not None
+                await record(session, tenant, actor, action, user, detail, self.clock())
+            if scope is not None:
+                await enter_scope(session, scope)
+            yield session, scope
+
+    async def profile(self, tenant: str, user: str) -> tuple[str | None, str] | None:
+        """The member's display name and time zone, for showing times; None if unknown."""
+        async with self.sessions() as session:
+            member = await self._user(session, tenant, user)
+            return (member.display_name, member.timezone) if member else None
+
+    async def view(self, tenant: str, user: str, actor: str | None = None) -> MemoryView | None:
+        page = {"page": "working context"}
+        async with self._reading(tenant, user, actor, "view", **page) as (session, scope):
             if scope is None:
                 return None
             blocks = await session.scalars(
@@ -103,7 +142,84 @@ class Members:
                 int(passages or 0),
                 member.timezone,
                 dict(member.settings or {}),
+                member.display_name,
             )
+
+    async def edit_block(
+        self,
+        tenant: str,
+        user: str,
+        label: str,
+        value: str,
+        expected: str | None = None,
+        actor: str | None = None,
+    ) -> None:
+        """Set a block's text, within its limit, as the model's own functions would.
+
+        `expected` is the text the editor started from: if the agent changed the block
+        meanwhile, nothing is written. Raises `BlockRefused` with what to do instead.
+        """
+        value = _tidy(value)
+        async with self._reading(tenant, user, actor, "edit", block=label) as (session, scope):
+            if scope is None:
+                raise BlockRefused(label, "there is no memory to edit yet")
+            store = AgentStore(session, scope, self.config.max_message_tokens)
+            await store.lock_agent()  # a turn in progress finishes first
+            block = (await store.blocks()).get(label)
+            if block is None:
+                raise BlockRefused(label, f"there is no block {label!r}")
+            if expected is not None and _tidy(block.value) != _tidy(expected):
+                raise BlockRefused(
+                    label,
+                    f"block {label!r} changed while you were editing it; "
+                    "your text is kept below, next to the new one",
+                )
+            write_block(block, value, self.clock())
+
+    async def conversation(
+        self, tenant: str, user: str, before: int | None = None, actor: str | None = None
+    ) -> browse.Conversation:
+        """What was said (newest page, or the page before message id `before`)."""
+        page = {"page": "conversation"}
+        async with self._reading(tenant, user, actor, "view", **page) as (session, scope):
+            if scope is None:
+                return browse.Conversation([], None)
+            return await browse.recent_conversation(session, scope, before)
+
+    async def search(
+        self, tenant: str, user: str, query: str, page: int = 1, actor: str | None = None
+    ) -> Page:
+        """Recall search, as the agent's own `conversation_search` ranks it."""
+        async with self._reading(tenant, user, actor, "search", query=query) as (session, scope):
+            if scope is None or not query.strip():
+                return Page([], 1, 1, 0)
+            return await recall_search(session, scope, query, max(page, 1), SEARCH_PAGE)
+
+    async def passages(
+        self, tenant: str, user: str, page: int = 1, actor: str | None = None
+    ) -> browse.Passages:
+        async with self._reading(tenant, user, actor, "view", page="archival") as (session, scope):
+            if scope is None:
+                return browse.Passages([], 1, 1, 0)
+            return await browse.passage_page(session, scope, page)
+
+    async def delete_passage(
+        self, tenant: str, user: str, passage_id: int, actor: str | None = None
+    ) -> bool:
+        """Delete one of the member's archival passages; False if they have no such passage."""
+        async with self._reading(tenant, user, actor, "delete passage", passage=passage_id) as (
+            session,
+            scope,
+        ):
+            return scope is not None and await browse.remove_passage(session, scope, passage_id)
+
+    async def opener_status(
+        self, tenant: str, user: str, actor: str | None = None
+    ) -> browse.OpenerStatus | None:
+        async with self._reading(tenant, user, actor, "view", page="settings") as (session, scope):
+            if scope is None:
+                return None
+            return await browse.opener_status(session, scope, self.config.schedule)
 
     async def export(self, tenant: str, user: str) -> dict[str, Any] | None:
         async with self.sessions() as session:
@@ -263,21 +379,7 @@ class Members:
         target: str | None,
         detail: dict[str, Any],
     ) -> None:
-        tenant_id = await session.scalar(select(Tenant.id).where(Tenant.key == tenant))
-        if tenant_id is None:
-            session.add(Tenant(key=tenant, settings={}))
-            await session.flush()
-            tenant_id = await session.scalar(select(Tenant.id).where(Tenant.key == tenant))
-        session.add(
-            AuditEntry(
-                tenant_id=tenant_id,
-                actor=actor,
-                action=action,
-                target=target,
-                detail=detail,
-                created_at=self.clock(),
-            )
-        )
+        await record(session, tenant, actor, action, target, detail, self.clock())
 
     @staticmethod
     async def _user(session: AsyncSession, tenant: str, user: str) -> User | None:

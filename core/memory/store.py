@@ -21,9 +21,25 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.errors import BlockRefused
 from core.memory.prompt import message_tokens
 from core.models import Agent, Block, Message, Passage, Reply, Summary
 from core.scope import Scope
+
+
+def write_block(block: Block, value: str, now: datetime) -> None:
+    """Every change of a block's text, by the agent or a person, goes through here.
+
+    A value over the block's character limit is refused and nothing changes.
+    """
+    if len(value) > block.char_limit:
+        raise BlockRefused(
+            block.label,
+            f"block {block.label!r} would have {len(value)} characters, over its limit of "
+            f"{block.char_limit}",
+        )
+    block.value = value
+    block.updated_at = now
 
 
 class AgentStore:

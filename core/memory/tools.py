@@ -17,10 +17,10 @@ from typing import Annotated
 from pydantic import Field
 
 from core.config import EngineConfig
-from core.errors import EmbeddingError, ToolError
+from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
-from core.memory.store import AgentStore
+from core.memory.store import AgentStore, write_block
 from core.models import Block
 from core.ports import Embedder
 
@@ -64,14 +64,13 @@ def _block(ctx: ToolContext, label: str) -> Block:
 
 
 def _set_block(ctx: ToolContext, block: Block, value: str) -> str:
-    if len(value) > block.char_limit:
+    try:
+        write_block(block, value, ctx.now)
+    except BlockRefused as error:
         raise ToolError(
-            f"block {block.label!r} would have {len(value)} characters, over its limit of "
-            f"{block.char_limit}; make room with core_memory_replace (or move details to "
-            "archival memory) and try again"
-        )
-    block.value = value
-    block.updated_at = ctx.now
+            f"{error}; make room with core_memory_replace (or move details to archival "
+            "memory) and try again"
+        ) from None
     return f"Block {block.label!r} now has {len(value)} of {block.char_limit} characters."
 
 

@@ -1,0 +1,92 @@
+"""The pages of a community's admins: members, usage, settings and the audit log.
+
+    GET  /admin            every member with messages, passages, last active, tokens
+    GET  /admin/usage      tokens per day, as a chart and a table
+    GET  /admin/settings   welcome and opener settings (POST: save, audited)
+    GET  /admin/audit      the audit log
+
+A member's own pages (`bot.web.member`) open for admins too, from the member list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from bot.web.auth import see_other
+from bot.web.render import Templates, admin_tabs, usage_chart
+from core.errors import BadSetting
+from core.members.access import Viewer
+from core.members.community import Community
+from core.members.service import Members
+
+AUDIT_ROWS = 200
+USAGE_DAYS = 30
+
+
+class AdminPages:
+    def __init__(self, community: Community, members: Members, templates: Templates) -> None:
+        self.community = community
+        self.members = members
+        self.templates = templates
+
+    def _page(
+        self, viewer: Viewer, tab: str, title: str, template: str, status: int = 200, **extra: Any
+    ) -> web.Response:
+        return self.templates.page(
+            template, status, title=title, viewer=viewer, tabs=admin_tabs(tab), **extra
+        )
+
+    async def roster(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.Response:
+        roster = await self.community.roster(viewer.tenant)
+        return self._page(viewer, "members", "Members", "admin_members.html", roster=roster)
+
+    async def usage(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.Response:
+        days = await self.community.usage(viewer.tenant, USAGE_DAYS)
+        chart = usage_chart(days)
+        return self._page(viewer, "usage", "Usage", "admin_usage.html", days=days, chart=chart)
+
+    async def settings(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        error = None
+        if request.method == "POST":
+            try:
+                await self.community.change_settings(viewer.tenant, viewer.actor, form)
+                return see_other("/admin/settings?saved=1")
+            except BadSetting as refused:
+                error = f"Not saved: {refused}."
+        current = await self.community.settings(viewer.tenant)
+        return self._page(
+            viewer,
+            "settings",
+            "Community settings",
+            "admin_settings.html",
+            400 if error else 200,
+            s=current,
+            error=error,
+            notice="Saved; every member's next opener is re-planned."
+            if request.query.get("saved")
+            else None,
+        )
+
+    async def audit(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.Response:
+        entries = await self.members.audit_log(viewer.tenant, AUDIT_ROWS)
+        return self._page(viewer, "audit", "Audit log", "admin_audit.html", entries=entries)
+
+    def routes(self, admin_page: Any) -> list[web.RouteDef]:
+        return [
+            web.get("/admin", admin_page(self.roster)),
+            web.get("/admin/usage", admin_page(self.usage)),
+            web.get("/admin/settings", admin_page(self.settings)),
+            web.post("/admin/settings", admin_page(self.settings)),
+            web.get("/admin/audit", admin_page(self.audit)),
+        ]
