@@ -11,8 +11,14 @@
               Postgres, so several processes share the work), replies that failed to go out
               (retried until delivered), and pending events left by a crashed process
 
-SIGTERM or SIGINT: stop taking events, give in-flight turns time to finish, exit. A turn that
-does not finish in time stays pending in the database and resumes on the next start.
+Slack hears "received" only for an event already stored (see adapters/slack). On start,
+what a previous process left behind is finished first: pending events are handled and
+replies that never went out are sent.
+
+SIGTERM or SIGINT: stop taking events; wait (up to STORE_GRACE_SECONDS) for requests that
+are still storing theirs, then (up to GRACE_SECONDS) for the turns and deliveries in
+flight; exit. A turn that does not finish in time stays pending in the database and
+resumes on the next start.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
+STORE_GRACE_SECONDS = 10  # requests in flight only store their event: seconds at most
 RESUME_EVERY_SECONDS = 60
 TICK_SECONDS = 60
 REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; then we retry
@@ -67,7 +74,7 @@ async def slack_running(
             await handler.close_async()
         return
     web_app = http_routes(slack.web_app(path="/slack/events"), app, health)
-    runner = web.AppRunner(web_app, access_log=None)
+    runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=STORE_GRACE_SECONDS)
     await runner.setup()
     site = web.TCPSite(runner, settings.http_host, settings.http_port)
     await site.start()
@@ -75,7 +82,7 @@ async def slack_running(
     try:
         yield
     finally:
-        await site.stop()  # stop taking requests; the runner finishes the ones in flight
+        await site.stop()  # stop taking requests; the runner lets the ones in flight store
         await runner.cleanup()
 
 
@@ -165,9 +172,6 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     services = Services(
         app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
     )
-    resumed = await app.engine.resume()
-    if resumed:
-        log.info("resumed pending events of %d agents", resumed)
     router = Router()
     health = Health(app.sessions, app.metrics)
     slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
@@ -181,6 +185,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             await stack.enter_async_context(discord_running(app, services, router))
         if settings.slack_bot_token:
             await stack.enter_async_context(slack_running(app, services, router, health))
+        app.engine.activity.start(recover(app, router), "recovery after start")
         await stack.enter_async_context(scheduler_running(app, router))
         health.started = True
         await stop.wait()
@@ -193,4 +198,18 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         log.warning(
             "turns still running after %ss stay pending and resume on next start", GRACE_SECONDS
         )
+        await app.engine.activity.cancel()
     return 0
+
+
+async def recover(app: App, router: Router) -> None:
+    """What an earlier process left: its pending events, then every reply not yet sent."""
+    resumed = await app.engine.resume()
+    done, failing = await app.engine.outbox.redeliver(timedelta(0), router)
+    if resumed or done or failing:
+        log.info(
+            "after start: resumed %d agents; delivered %d events, %d failing",
+            resumed,
+            done,
+            failing,
+        )

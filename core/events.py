@@ -25,6 +25,7 @@ class EventKind(StrEnum):
 
 class EventStatus(StrEnum):
     PENDING = "pending"  # stored, not handled yet (or its turn was cut off by a crash)
+    WAITING = "waiting"  # stored, held until released: the files shared with it come first
     DONE = "done"  # the agent handled it
     FAILED = "failed"  # the model or the engine failed; the member got an apology
     LIMITED = "limited"  # over a rate limit or token budget: answered without a model call

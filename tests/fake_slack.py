@@ -1,17 +1,23 @@
 """A local stand-in for Slack's Web API (as bolt-python's own tests use a mock server).
 
 The real `AsyncWebClient` talks to it through `base_url`; every call is recorded as
-(method, arguments). It also serves file downloads (`url_private_download`), takes file
+(method, arguments). `latency` delays every Web API answer (seconds), as the real API
+takes its time; `fail_methods` makes a method fail every time, `fail_once` the next N times;
+`on_call(method, args)`, when set, runs as each call arrives (to look at the world just then).
+It also serves file downloads (`url_private_download`), takes file
 uploads (files_upload_v2) and response_url posts. `signed(body, secret)` builds the
-headers Slack would send with an Events API or slash-command request.
+headers Slack would send with an Events API or slash-command request. `settle()` waits for
+the work the app runs after acknowledging a request (the turn, the answer, a command's work).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -31,14 +37,33 @@ def signed(body: str, secret: str, timestamp: int | None = None) -> dict[str, st
     }
 
 
+BACKGROUND = "companion: "  # how the engine names work it runs after an acknowledgement
+
+
+async def settle(within: float = 30.0) -> None:
+    """Wait until the work Bolt's listeners left running after the acknowledgement is done."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while pending := [
+        t for t in asyncio.all_tasks() if t.get_name().startswith(BACKGROUND) and not t.done()
+    ]:
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError(f"still running: {pending}")
+        await asyncio.wait(pending, timeout=left)
+
+
 class FakeSlack:
-    def __init__(self) -> None:
+    def __init__(self, latency: float = 0.0) -> None:
+        self.latency = latency
+        self.on_call: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.files: dict[str, bytes] = {}
         self.uploads: dict[str, bytes] = {}
         self.responses: list[dict[str, Any]] = []
         self.users: dict[str, dict[str, Any]] = {}
         self.fail_methods: dict[str, str] = {}
+        self.failures: dict[str, list[str]] = {}
         self._runner: web.AppRunner | None = None
         self.root = ""
         self._ts = 1000
@@ -49,6 +74,10 @@ class FakeSlack:
 
     def called(self, method: str) -> list[dict[str, Any]]:
         return [args for name, args in self.calls if name == method]
+
+    def fail_once(self, method: str, error: str, times: int = 1) -> None:
+        """The next `times` calls of `method` answer `{"ok": false, "error": error}`."""
+        self.failures.setdefault(method, []).extend([error] * times)
 
     def add_user(self, user: str, admin: bool = False, tz: str = "Europe/Berlin") -> None:
         self.users[user] = {
@@ -71,6 +100,12 @@ class FakeSlack:
             args = dict(parse_qsl(await request.text()))
         args = {**dict(request.query), **args}
         self.calls.append((method, args))
+        if self.on_call is not None:
+            await self.on_call(method, args)
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if self.failures.get(method):
+            return web.json_response({"ok": False, "error": self.failures[method].pop(0)})
         if method in self.fail_methods:
             return web.json_response({"ok": False, "error": self.fail_methods[method]})
         return web.json_response({"ok": True, **self._answer(method, args)})

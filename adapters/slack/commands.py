@@ -28,6 +28,7 @@ from adapters.common import (
     memory_text,
 )
 from adapters.slack.events import tenant_key
+from adapters.slack.later import after_ack
 from adapters.text import to_slack_mrkdwn
 from core.errors import BadSetting
 
@@ -170,6 +171,8 @@ async def run_command(
 
 
 def register_commands(app: AsyncApp, services: Services) -> None:
+    # Each listener acknowledges at once; the work runs after (Slack waits 3 s at most).
+
     @app.command("/companion")
     async def on_command(
         ack: Any, command: dict[str, Any], client: AsyncWebClient, respond: Any
@@ -179,46 +182,62 @@ def register_commands(app: AsyncApp, services: Services) -> None:
         async def private(text: str = "", **fields: Any) -> None:
             await respond(text=text, response_type="ephemeral", **fields)
 
-        await run_command(services, client, command, private)
+        after_ack(services, client, command, run_command(services, client, command, private))
 
     @app.action(FORGET)
-    async def on_forget(ack: Any, body: dict[str, Any], respond: Any) -> None:
+    async def on_forget(
+        ack: Any, body: dict[str, Any], client: AsyncWebClient, respond: Any
+    ) -> None:
         await ack()
-        user, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
-        if body["actions"][0].get("value") != user:
-            await respond(
-                text="Only the person who asked can confirm this.", replace_original=False
-            )
-            return
-        await services.members.forget(tenant, user)
-        await respond(text=FORGET_DONE, replace_original=True)
+        after_ack(services, client, body, forget(services, body, respond))
 
     @app.action(RESET)
     async def on_reset(
         ack: Any, body: dict[str, Any], client: AsyncWebClient, respond: Any
     ) -> None:
         await ack()
-        actor, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
-        if not await is_admin(services, client, actor):
-            await respond(text=NOT_ADMIN, replace_original=False)
-            return
-        member = body["actions"][0]["value"]
-        found = await services.members.admin_reset(tenant, actor, member)
-        done = "erased" if found else "already empty"
-        await respond(text=f"Memory of <@{member}> {done}.", replace_original=True)
+        after_ack(services, client, body, reset(services, client, body, respond))
 
     @app.event("app_home_opened")
     async def on_home(event: dict[str, Any], body: dict[str, Any], client: AsyncWebClient) -> None:
-        user = event["user"]
-        view = await services.members.view(tenant_key(body["team_id"]), user)
-        text = to_slack_mrkdwn(memory_text(view))
-        blocks: list[dict[str, Any]] = [
-            {"type": "header", "text": {"type": "plain_text", "text": "What I remember"}},
-            *(
-                {"type": "section", "text": {"type": "mrkdwn", "text": part[:3000]}}
-                for part in text.split("\n\n")
-            ),
-            {"type": "divider"},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": "/companion " + HELP}]},
-        ]
-        await client.views_publish(user_id=user, view={"type": "home", "blocks": blocks})
+        after_ack(services, client, body, show_home(services, client, body, event["user"]))
+
+
+async def forget(services: Services, body: dict[str, Any], respond: Any) -> None:
+    user, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
+    if body["actions"][0].get("value") != user:
+        await respond(text="Only the person who asked can confirm this.", replace_original=False)
+        return
+    await services.members.forget(tenant, user)
+    await respond(text=FORGET_DONE, replace_original=True)
+
+
+async def reset(
+    services: Services, client: AsyncWebClient, body: dict[str, Any], respond: Any
+) -> None:
+    actor, tenant = body["user"]["id"], tenant_key(body["team"]["id"])
+    if not await is_admin(services, client, actor):
+        await respond(text=NOT_ADMIN, replace_original=False)
+        return
+    member = body["actions"][0]["value"]
+    found = await services.members.admin_reset(tenant, actor, member)
+    done = "erased" if found else "already empty"
+    await respond(text=f"Memory of <@{member}> {done}.", replace_original=True)
+
+
+async def show_home(
+    services: Services, client: AsyncWebClient, body: dict[str, Any], user: str
+) -> None:
+    """The App Home tab: what the agent remembers, and the commands."""
+    view = await services.members.view(tenant_key(body["team_id"]), user)
+    text = to_slack_mrkdwn(memory_text(view))
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": "What I remember"}},
+        *(
+            {"type": "section", "text": {"type": "mrkdwn", "text": part[:3000]}}
+            for part in text.split("\n\n")
+        ),
+        {"type": "divider"},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": "/companion " + HELP}]},
+    ]
+    await client.views_publish(user_id=user, view={"type": "home", "blocks": blocks})

@@ -1,15 +1,20 @@
 """Slack events into engine events, replies back into Slack messages.
 
 A DM, a mention, or a reply in a thread the bot started is a user message for the author's
-agent (tenant `slack:<team id>`). The bot answers in the same place: the DM, or the thread
-of the message. A :thinking_face: reaction shows while the agent works. Redelivered events
-(Slack's retries) are answered once: the dedup key is the channel and message timestamp.
+agent (tenant `slack:<team id>`). The listener stores it and returns, so Slack hears
+"received" only for a stored event; the rest happens after (`later.after_ack`): the
+member's time zone, a :thinking_face: reaction while the agent works, the shared files,
+the turn, the answer in the same place (the DM, or the thread of the message). Redelivered
+events (Slack's retries) are stored and answered once: the dedup key is the channel and
+message timestamp.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -18,14 +23,19 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import WELCOME_EVENT, Services
+from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
+from adapters.slack.later import after_ack
 from adapters.text import split_message, to_slack_mrkdwn
 from core.errors import EventTooLarge, UploadRejected
 from core.events import EventKind, InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES, check_upload
+from core.members.documents import MAX_UPLOAD_BYTES
+from core.runtime.engine import Engine
+from core.scope import Scope
 
 log = logging.getLogger(__name__)
 SLACK_TEXT_LIMIT = 3000  # a section block's text limit
 THINKING = "thinking_face"
+DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=60)
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
 
 
@@ -85,7 +95,8 @@ def reply_sender(client: AsyncWebClient):
 async def _profile_zone(client: AsyncWebClient, user: str) -> str | None:
     try:
         info = await client.users_info(user=user)
-    except SlackApiError:
+    except Exception as error:  # the zone is a nicety: never worth a failed answer
+        log.info("no time zone for %s: %s", user, error)
         return None
     return (info.get("user") or {}).get("tz")
 
@@ -105,7 +116,7 @@ async def _download(file: dict[str, Any], token: str) -> bytes:
     if not url:
         raise UploadRejected(f"{file.get('name', 'that file')} has no downloadable content")
     async with (
-        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(timeout=DOWNLOAD_TIMEOUT) as http,
         http.get(url, headers={"Authorization": f"Bearer {token}"}) as response,
     ):
         if response.status != 200:
@@ -113,54 +124,82 @@ async def _download(file: dict[str, Any], token: str) -> bytes:
         return await response.content.read(MAX_UPLOAD_BYTES + 1)
 
 
-async def _handle_files(
-    services: Services, scope: Any, event: dict[str, Any], token: str, send: Any
-) -> None:
-    for file in event.get("files") or []:
-        name = file.get("name") or "file"
-        try:
-            check_upload(name, int(file.get("size") or 0))
-            data = await _download(file, token)
-            await services.engine.upload(
-                scope, name, data, dedup_key=f"slack:file:{file.get('id')}", send=send
-            )
-        except UploadRejected as error:
-            await send(str(error))
+@dataclass(frozen=True)
+class SlackMessage:
+    """What the adapter needs of one message event, read from its payload."""
+
+    tenant: str
+    user: str
+    channel: str
+    ts: str
+    thread_ts: str | None  # where the answer goes: None in a DM, else the thread
+    words: str  # empty when the member only shared files
+    files: list[SharedFile]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return {"channel": self.channel, "thread_ts": self.thread_ts}
+
+    def event(self) -> InboundEvent:
+        key = f"slack:msg:{self.channel}:{self.ts}"
+        return message_event(self.words, key, self.meta, self.files)
+
+
+def read_message(body: dict[str, Any], event: dict[str, Any], token: str, bot: str) -> SlackMessage:
+    channel, ts = event["channel"], event["ts"]
+    in_dm = event.get("channel_type") == "im"
+    thread_ts = event.get("thread_ts") if in_dm else (event.get("thread_ts") or ts)
+    where = {"channel": channel, "thread_ts": thread_ts}
+    files = [
+        SharedFile(
+            name=file.get("name") or "file",
+            size=int(file.get("size") or 0),
+            dedup_key=f"slack:file:{file.get('id')}",
+            read=partial(_download, file, token),
+            meta=where,
+        )
+        for file in event.get("files") or []
+    ]
+    words = re.sub(rf"<@{bot}>", "", event.get("text") or "").strip()
+    if not words and not files and f"<@{bot}>" in (event.get("text") or ""):
+        words = "(calls you without saying anything)"  # a bare mention
+    tenant = tenant_of(body, event)
+    return SlackMessage(tenant, event["user"], channel, ts, thread_ts, words, files)
 
 
 async def handle_message(
     services: Services,
     client: AsyncWebClient,
     body: dict[str, Any],
-    event: dict[str, Any],
-    token: str,
-    bot_user: str,
+    message: SlackMessage,
 ) -> None:
-    channel, ts, user = event["channel"], event["ts"], event["user"]
-    in_dm = event.get("channel_type") == "im"
-    thread_ts = event.get("thread_ts") if in_dm else (event.get("thread_ts") or ts)
-    text = re.sub(rf"<@{bot_user}>", "", event.get("text") or "").strip()
-    tenant = tenant_of(body, event)
-    scope = await services.engine.agent(tenant, user)
-    await services.members.adopt_timezone(tenant, user, lambda: _profile_zone(client, user))
-    send = sender(client, channel, thread_ts)
-    await _react(client, True, channel, ts)
+    """Store the message, and nothing else: Slack hears "received" when this returns."""
+    if not message.words and not message.files:
+        return
+    engine = services.engine
+    send = sender(client, message.channel, message.thread_ts)
+    async with engine.activity.working():
+        scope = await engine.agent(message.tenant, message.user)
+        try:
+            event_id = await take(engine, scope, message.event(), bool(message.files))
+        except EventTooLarge as error:
+            after_ack(services, client, body, never_failing(send)(str(error)))
+            return
+        after_ack(services, client, body, answer(services, client, message, scope, event_id))
+
+
+async def answer(
+    services: Services, client: AsyncWebClient, message: SlackMessage, scope: Scope, event_id: int
+) -> None:
+    """After the acknowledgement: the member's time zone, the reaction, files, the turn."""
+    user = message.user
+    await services.members.adopt_timezone(message.tenant, user, lambda: _profile_zone(client, user))
+    await _react(client, True, message.channel, message.ts)
+    send = sender(client, message.channel, message.thread_ts)
     try:
-        await _handle_files(services, scope, event, token, send)
-        called = f"<@{bot_user}>" in (event.get("text") or "")  # a bare mention
-        if text or (called and not event.get("files")):
-            message = InboundEvent(
-                EventKind.USER_MESSAGE,
-                text or "(calls you without saying anything)",
-                f"slack:msg:{channel}:{ts}",
-                {"channel": channel, "thread_ts": thread_ts},
-            )
-            try:
-                await services.engine.converse(scope, message, send=send)
-            except EventTooLarge as error:
-                await send(str(error))
+        await follow_up(services.engine, scope, event_id, message.files, send)
     finally:
-        await _react(client, False, channel, ts)
+        await _react(client, False, message.channel, message.ts)
 
 
 def register_events(app: AsyncApp, services: Services, token: str) -> None:
@@ -174,10 +213,11 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
         if event.get("bot_id") or event.get("subtype") in IGNORED_SUBTYPES or not event.get("user"):
             return
         bot = await bot_user_id(context)
-        if event.get("channel_type") == "im":
-            await handle_message(services, client, body, event, token, bot)
-        elif event.get("parent_user_id") == bot and f"<@{bot}>" not in (event.get("text") or ""):
-            await handle_message(services, client, body, event, token, bot)  # a thread reply
+        in_dm = event.get("channel_type") == "im"
+        if in_dm or (
+            event.get("parent_user_id") == bot and f"<@{bot}>" not in (event.get("text") or "")
+        ):  # a DM, or a reply in the bot's thread (a mention there comes as app_mention)
+            await handle_message(services, client, body, read_message(body, event, token, bot))
 
     @app.event("app_mention")
     async def on_mention(
@@ -186,7 +226,8 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
         if event.get("bot_id") or not event.get("user"):
             return
         event = {**event, "channel_type": event.get("channel_type", "channel")}
-        await handle_message(services, client, body, event, token, await bot_user_id(context))
+        bot = await bot_user_id(context)
+        await handle_message(services, client, body, read_message(body, event, token, bot))
 
     @app.event("team_join")
     async def on_join(body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient) -> None:
@@ -196,14 +237,21 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
         tenant = tenant_of(body, {"team": user.get("team_id")})
         if not await services.welcome_enabled(tenant):
             return
-        scope = await services.engine.agent(tenant, user["id"], user.get("real_name"))
-        dm = await client.conversations_open(users=user["id"])
+        engine = services.engine
         name = user.get("real_name") or user.get("name") or "Someone"
         welcome = InboundEvent(
             EventKind.USER_ACTION,
             WELCOME_EVENT.format(name=name),
             f"slack:join:{tenant}:{user['id']}",
         )
-        await services.engine.converse(
-            scope, welcome, send=sender(client, dm["channel"]["id"], None)
-        )
+        async with engine.activity.working():
+            scope = await engine.agent(tenant, user["id"], user.get("real_name"))
+            event_id = await engine.submit(scope, welcome)
+            after_ack(services, client, body, welcome_by_dm(engine, client, scope, event_id, user))
+
+
+async def welcome_by_dm(
+    engine: Engine, client: AsyncWebClient, scope: Scope, event_id: int, user: dict[str, Any]
+) -> None:
+    dm = await client.conversations_open(users=user["id"])
+    await engine.answer(scope, event_id, sender(client, dm["channel"]["id"], None))

@@ -1,11 +1,16 @@
 """The engine: the one entry point adapters and the terminal use.
 
-    submit(scope, event)   store the event (deduplicated) before any model call
+    submit(scope, event)   store the event (deduplicated) before any model call; with
+                           `hold`, it waits for `release` (its files are being fetched)
+    answer(scope, id)      drain + hand over that event's replies (deliver or take)
     drain(scope)           handle the agent's pending events, oldest first, one at a time
-    converse(scope, text)  submit + drain + take the replies: what a chat front end wants
-    upload(scope, file)    a shared file into archival memory, then a user-action event
-    resume()               after a restart, drain every agent with pending events
-    (deliver, redeliver, take_replies, ... come from `core.delivery.Delivery`)
+    converse(scope, text)  submit + answer: what a chat front end wants
+    store_file(scope, f)   a shared file into archival memory, with its user-action event
+    upload(scope, file)    store_file + answer
+    resume()               after a restart, drain every agent with pending events (and
+                           release events held longer than HOLD_LIMIT)
+    (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
+    for a clean shutdown, from `engine.activity`)
 
 Each event runs in its own transaction holding the agent's row lock, so one agent handles
 one event at a time across every process, in arrival order; the replies go to the outbox in
@@ -18,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -37,6 +41,7 @@ from core.memory.store import AgentStore
 from core.memory.turn import Mind, Turn, TurnResult
 from core.models import Agent, Event
 from core.ports import Counter, Send, Timer
+from core.runtime.activity import Activity
 from core.runtime.budgets import over_limit, record_usage
 from core.runtime.outbox import Outbox
 from core.schedule.planning import after_event
@@ -48,6 +53,11 @@ MODEL_DOWN_REPLY = (
     "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
 )
 INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. Your message is saved."
+HOLD_LIMIT = timedelta(minutes=2)  # the most a held event waits for its files
+UNREAD_FILES = (
+    "[The person also shared {names} with this message, but the files could not be read "
+    "in time. Tell them, and ask them to share the files again.]"
+)
 
 
 def utcnow() -> datetime:
@@ -87,31 +97,18 @@ class Engine:
         self.mind = mind
         self.clock = clock
         self.outbox = Outbox(sessions, clock)
-        self._busy = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-
-    @asynccontextmanager
-    async def _working(self) -> AsyncIterator[None]:
-        self._busy += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._busy -= 1
-            if not self._busy:
-                self._idle.set()
+        self.activity = Activity()
 
     async def wait_idle(self) -> None:
-        """Return once no event is being handled (for a clean shutdown)."""
-        await self._idle.wait()
+        """Return once nothing is in progress: no handler, turn or background work."""
+        await self.activity.idle()
 
     async def agent(self, tenant: str, user: str, display_name: str | None = None) -> Scope:
         async with self.sessions() as session, session.begin():
             return await ensure_agent(session, tenant, user, self.mind.config, display_name)
 
     async def _insert_event(
-        self, session: AsyncSession, scope: Scope, event: InboundEvent
+        self, session: AsyncSession, scope: Scope, event: InboundEvent, hold: bool = False
     ) -> tuple[int, bool]:
         """(event id, whether it is new); a redelivery gets the first delivery's id."""
         values = {
@@ -120,6 +117,7 @@ class Engine:
             "kind": str(event.kind),
             "payload": event.payload(),
             "dedup_key": event.dedup_key,
+            "status": EventStatus.WAITING if hold else EventStatus.PENDING,
             "created_at": self.clock(),
         }
         # Keys are per agent (migration 0008): the same platform id from another member
@@ -143,11 +141,40 @@ class Engine:
             raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
         return int(existing), False
 
-    async def submit(self, scope: Scope, event: InboundEvent) -> int:
-        """Store the event before anything else happens to it."""
+    async def submit(self, scope: Scope, event: InboundEvent, hold: bool = False) -> int:
+        """Store the event before anything else happens to it.
+
+        With `hold`, no drain takes it until `release`: a message whose files are still being
+        fetched waits for them, so the agent reads the files before the words beside them.
+        """
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
-            return (await self._insert_event(session, scope, event))[0]
+            return (await self._insert_event(session, scope, event, hold))[0]
+
+    async def release(self, scope: Scope, event_id: int) -> None:
+        """A held event joins the agent's pending events (once; later calls do nothing)."""
+        async with self.sessions() as session, session.begin():
+            await enter_scope(session, scope)
+            event = await session.scalar(
+                select(Event)
+                .where(
+                    Event.id == event_id,
+                    Event.tenant_id == scope.tenant_id,
+                    Event.agent_id == scope.agent_id,
+                    Event.status == EventStatus.WAITING,
+                )
+                .with_for_update()
+            )
+            if event is not None:
+                self._unhold(event)
+
+    def _unhold(self, event: Event, note: str | None = None) -> None:
+        """Pending again; held only for its files (no words, nothing went wrong): done."""
+        text = "\n\n".join(part for part in (event.payload["text"], note) if part)
+        event.payload = {**event.payload, "text": text}
+        event.status = EventStatus.PENDING if text else EventStatus.DONE
+        if not text:
+            event.processed_at = self.clock()
 
     async def upload(
         self,
@@ -163,18 +190,21 @@ class Engine:
         Raises `UploadRejected` (nothing stored) for a file it will not take. The passages
         and the event commit together, so a redelivered upload is stored once.
         """
-        async with self._working():
-            return await self._upload(scope, filename, data, dedup_key, meta, send)
+        async with self.activity.working():
+            event_id, new = await self.store_file(scope, filename, data, dedup_key, meta)
+            if send is None and not new:
+                return Exchange(event_id, [], None)
+            return await self.answer(scope, event_id, send)
 
-    async def _upload(
+    async def store_file(
         self,
         scope: Scope,
         filename: str,
         data: bytes,
-        dedup_key: str | None,
-        meta: dict[str, Any] | None,
-        send: Send | None,
-    ) -> Exchange:
+        dedup_key: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> tuple[int, bool]:
+        """The file's passages and its user-action event, in one transaction: (id, new)."""
         name = upload_name(filename)
         # Parsing a PDF or tokenizing a big file is CPU work: off the event loop.
         chunks = await asyncio.to_thread(lambda: chunk_text(extract_text(name, data)))
@@ -190,12 +220,7 @@ class Engine:
             if new:
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 await store_document(store, name, chunks, self.clock(), self.mind.embedder)
-        results = {r.event_id: r for r in await self.drain(scope)}
-        if send is None:
-            replies = await self.outbox.take_replies(event_id) if new else []
-        else:
-            replies = await self.outbox.deliver(scope, event_id, send)
-        return Exchange(event_id, replies, results.get(event_id))
+        return event_id, new
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
         results: list[TurnResult] = []
@@ -294,20 +319,42 @@ class Engine:
         self, scope: Scope, event: InboundEvent, send: Send | None = None
     ) -> Exchange:
         """Submit, handle and answer one event; replies go through `send` when given."""
-        async with self._working():
-            return await self._converse(scope, event, send)
+        async with self.activity.working():
+            return await self.answer(scope, await self.submit(scope, event), send)
 
-    async def _converse(self, scope: Scope, event: InboundEvent, send: Send | None) -> Exchange:
-        event_id = await self.submit(scope, event)
-        results = {r.event_id: r for r in await self.drain(scope)}
-        if send is None:
-            replies = await self.outbox.take_replies(event_id)
-        else:
-            replies = await self.outbox.deliver(scope, event_id, send)
-        return Exchange(event_id, replies, results.get(event_id))
+    async def answer(self, scope: Scope, event_id: int, send: Send | None = None) -> Exchange:
+        """Handle the agent's pending events, then hand over the replies to `event_id`:
+        through `send` (each marked delivered once sent), or taken as they are."""
+        async with self.activity.working():
+            results = {r.event_id: r for r in await self.drain(scope)}
+            if send is None:
+                replies = await self.outbox.take_replies(event_id)
+            else:
+                replies = await self.outbox.deliver(scope, event_id, send)
+            return Exchange(event_id, replies, results.get(event_id))
+
+    async def release_stale(self) -> int:
+        """Release events held longer than HOLD_LIMIT (their fetcher died or gave up); the
+        agent hears which files it never got. Returns how many."""
+        async with self.sessions() as session, session.begin():
+            held = await session.scalars(
+                select(Event)
+                .where(
+                    Event.status == EventStatus.WAITING,
+                    Event.created_at < self.clock() - HOLD_LIMIT,
+                )
+                .with_for_update(skip_locked=True)
+            )
+            count = 0
+            for event in held:
+                names = (event.payload.get("meta") or {}).get("files") or ["files"]
+                self._unhold(event, UNREAD_FILES.format(names=", ".join(names)))
+                count += 1
+            return count
 
     async def resume(self) -> int:
         """Drain every agent that has pending events (after a crash or restart)."""
+        await self.release_stale()
         async with self.sessions() as session:
             rows = await session.execute(
                 select(Event.tenant_id, Event.agent_id)

@@ -1,0 +1,96 @@
+"""One member's message, from any platform into the engine: stored first, the rest after.
+
+    message_event(...)  the member's words as an engine event; with files, it names them
+    take(...)           store it (held while files come) before the platform hears
+                        "received" and before any lookup, reaction or model call
+    follow_up(...)      afterwards: each file, then the words, then the answer
+
+A file that fails, whatever the reason (refused, a download that breaks, the platform
+rate-limiting the reply about it), costs only that file: the member is told which one and
+why, and the other files and the words beside them go on. A reply that could not be sent
+stays in the outbox, which retries it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import Refused
+from core.events import EventKind, InboundEvent
+from core.members.documents import check_upload
+from core.ports import Send
+from core.runtime.engine import Engine
+from core.scope import Scope
+
+log = logging.getLogger(__name__)
+FILE_FAILED = "Something went wrong while I read {name}; please share it again."
+
+
+@dataclass(frozen=True)
+class SharedFile:
+    name: str
+    size: int  # as the platform states it: checked before anything is downloaded
+    dedup_key: str  # the platform's id for the file
+    read: Callable[[], Awaitable[bytes]]  # the download; UploadRejected says what went wrong
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def message_event(
+    text: str, dedup_key: str, meta: dict[str, Any], files: list[SharedFile]
+) -> InboundEvent:
+    """The words (may be empty beside files); a held message names its files, so that
+    the agent hears which ones never came if their fetcher dies."""
+    if files:
+        meta = {**meta, "files": [f.name for f in files]}
+    return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key, meta)
+
+
+async def take(engine: Engine, scope: Scope, event: InboundEvent, has_files: bool) -> int:
+    """Store the message; with files it waits for them (`Engine.release`)."""
+    return await engine.submit(scope, event, hold=has_files)
+
+
+def never_failing(send: Send) -> Send:
+    """For telling the member what went wrong: a failure to tell is logged, not raised."""
+
+    async def tell(text: str) -> None:
+        try:
+            await send(text)
+        except Exception:
+            log.warning("could not tell the member: %s", text, exc_info=True)
+
+    return tell
+
+
+async def take_file(engine: Engine, scope: Scope, file: SharedFile, send: Send) -> None:
+    """One file into archival memory and its reply out; any failure is told, not raised."""
+    tell = never_failing(send)
+    try:
+        check_upload(file.name, file.size)
+        data = await file.read()
+        event_id, _ = await engine.store_file(scope, file.name, data, file.dedup_key, file.meta)
+    except Refused as error:
+        await tell(str(error))
+        return
+    except Exception:
+        log.warning("file %s (%s) was not stored", file.name, file.dedup_key, exc_info=True)
+        await tell(FILE_FAILED.format(name=file.name))
+        return
+    try:
+        await engine.answer(scope, event_id, send)
+    except Exception:  # stored; its reply waits in the outbox for the next attempt
+        log.warning("the reply to file %s is not out yet", file.dedup_key, exc_info=True)
+
+
+async def follow_up(
+    engine: Engine, scope: Scope, event_id: int, files: list[SharedFile], send: Send
+) -> None:
+    """The files first (the agent reads them before the words beside them), then the words."""
+    for file in files:
+        await take_file(engine, scope, file, send)
+    if files:
+        await engine.release(scope, event_id)
+    await engine.answer(scope, event_id, send)

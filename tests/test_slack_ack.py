@@ -1,0 +1,224 @@
+"""Slack hears "received" only for a stored event; what runs after it is counted and kept.
+
+Through Bolt's own dispatch (as in tests/test_slack.py), with the app built exactly as
+`companion run` builds it, against the fake Web API. The fake can look at the database at
+the moment each Web API call arrives, which is how the order "stored, then everything else"
+is checked. `companion run` itself, killed at random, is tests/test_acknowledged.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Any
+
+import openai
+import pytest
+from slack_bolt.request.async_request import AsyncBoltRequest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from adapters.common import Services
+from adapters.inbound import FILE_FAILED
+from adapters.slack import build_slack_app
+from adapters.slack.events import dm_sender, reply_sender
+from bot.database import make_engine, migrate
+from bot.delivery import Router
+from core.config import EngineConfig
+from core.llm import OpenAIChat
+from core.members.service import Members
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.models import Event, Passage, Reply
+from core.runtime.engine import Engine
+from tests.fake_openai import FakeOpenAI
+from tests.fake_slack import FakeSlack, settle, signed
+from tests.test_faults import private_pg, scratch  # noqa: F401 (fixtures)
+from tests.test_run import free_port
+from tests.test_slack import SECRET, envelope, message
+
+NOTES = b"# Garden\nThe tomatoes go in the south bed."
+BOLT_OWN = {"auth.test"}  # Bolt asks who the bot is, once per process, before any listener
+
+
+def build(engine: Engine, sessions: Any, clock: Any, api: FakeSlack) -> Any:
+    services = Services(engine, Members(sessions, EngineConfig(), clock))
+    return build_slack_app(services, "xoxb-test", SECRET, api.base_url)
+
+
+@pytest.fixture
+async def api():
+    async with FakeSlack() as server:
+        server.add_user("U1")
+        yield server
+
+
+@pytest.fixture
+def app(engine, sessions, clock, api):
+    return build(engine, sessions, clock, api)
+
+
+async def post(app: Any, payload: dict[str, Any], retry: int = 0) -> int:
+    """What Slack gets back for the request: the status of the acknowledgement."""
+    body = json.dumps(payload)
+    headers = signed(body, SECRET)
+    if retry:
+        headers.update({"x-slack-retry-num": str(retry), "x-slack-retry-reason": "http_error"})
+    response = await app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
+    return response.status
+
+
+def texts(api: FakeSlack) -> list[str]:
+    return [call["text"] for call in api.called("chat.postMessage")]
+
+
+def shared(api: FakeSlack, text: str, *files: tuple[str, str]) -> dict[str, Any]:
+    """A DM with files: (name, url) each."""
+    listed = [
+        {"id": f"F{name}", "name": name, "size": 40, "url_private_download": url}
+        for name, url in files
+    ]
+    return message(text=text, subtype="file_share", files=listed)
+
+
+async def test_every_slack_call_comes_after_the_event_is_stored(app, api, sessions):
+    stored_when_called: list[tuple[str, int]] = []
+
+    async def look(method: str, args: dict[str, Any]) -> None:
+        if method not in BOLT_OWN:
+            async with sessions() as session:
+                events = await session.scalar(select(func.count()).select_from(Event))
+            stored_when_called.append((method, events))
+
+    api.on_call = look
+    assert await post(app, message(text="hello there")) == 200
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(Event)) == 1
+    await settle()
+    methods = [method for method, _ in stored_when_called]
+    assert {"users.info", "reactions.add", "chat.postMessage"} <= set(methods)
+    assert all(events == 1 for _, events in stored_when_called), stored_when_called
+    assert texts(api) == ["You said: hello there"]
+
+
+async def test_wait_idle_waits_for_the_turn_after_the_acknowledgement(app, api, engine):
+    api.latency = 0.2  # the answer takes a while after Slack got its 200
+    assert await post(app, message(text="still there?")) == 200
+    await asyncio.wait_for(engine.wait_idle(), 30)
+    assert texts(api) == ["You said: still there?"]
+    assert api.called("reactions.remove")
+
+
+async def test_a_message_that_cannot_be_stored_is_not_acknowledged(private_pg, fake, clock):  # noqa: F811
+    """Database down: Slack gets a 500 (so it sends the event again) and nobody is told
+    anything yet; the retry, once the database is back, is stored and answered once."""
+    db = make_engine(private_pg.get_uri(driver="asyncpg"))
+    await migrate(db, 16)
+    sessions = async_sessionmaker(db, expire_on_commit=False)
+    client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
+    engine = Engine(sessions, Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig()))
+    try:
+        async with FakeSlack() as api:
+            api.add_user("U1")
+            app = build(engine, sessions, clock, api)
+            payload = message(text="are you up?")
+            await asyncio.to_thread(private_pg.stop)
+            assert await post(app, payload) == 500
+            await settle()
+            assert api.called("chat.postMessage") == []  # no apology: Slack sends it again
+            await asyncio.to_thread(private_pg.ensure_postgres_running)
+            assert await post(app, payload, retry=1) == 200
+            await settle()
+            assert texts(api) == ["You said: are you up?"]
+        async with sessions() as session:
+            assert await session.scalar(select(func.count()).select_from(Event)) == 1
+    finally:
+        await client.close()
+        await db.dispose()
+
+
+async def test_words_beside_a_file_survive_a_rate_limited_reply(app, api, engine, sessions, clock):
+    api.files["notes.md"] = NOTES
+    api.fail_once("chat.postMessage", "ratelimited")  # the reply about the file
+    payload = shared(api, "here are my garden notes", ("notes.md", f"{api.root}/files/notes.md"))
+    assert await post(app, payload) == 200
+    await settle()
+    assert texts(api)[-1] == "You said: here are my garden notes"
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(Passage)) == 1
+        waiting = (await session.scalars(select(Reply).where(Reply.delivered_at.is_(None)))).all()
+    assert [reply.attempts for reply in waiting] == [1]  # the file's reply, kept for a retry
+    router = Router()
+    router.add("slack", dm_sender(app.client), reply_sender(app.client))
+    clock.advance(seconds=1)
+    assert await engine.outbox.redeliver(timedelta(0), router) == (1, 0)
+    assert api.called("chat.postMessage")[-1]["channel"] == "D1"
+
+
+async def test_a_file_that_breaks_costs_only_that_file(app, api, fake, sessions):
+    api.files["notes.md"] = NOTES
+    dead = f"http://127.0.0.1:{free_port()}/files/gone.md"  # nothing listens: refused
+    payload = shared(
+        api,
+        "two files for you",
+        ("gone.md", dead),
+        ("notes.md", f"{api.root}/files/notes.md"),
+    )
+    assert await post(app, payload) == 200
+    await settle()
+    said = texts(api)
+    assert FILE_FAILED.format(name="gone.md") in said
+    assert said[-1] == "You said: two files for you"
+    async with sessions() as session:
+        sources = (await session.scalars(select(Passage.source))).all()
+    assert [source.split(" (")[0] for source in sources] == ["notes.md"]
+    prompts = [json.dumps(body["messages"][-1]) for body in fake.chat_requests]
+    assert "notes.md" in prompts[0] and "two files for you" in prompts[-1]  # file first
+
+
+async def test_a_reply_in_a_thread_is_stored_before_the_slack_calls_too(app, api, sessions):
+    event = {
+        "type": "app_mention",
+        "channel": "C5",
+        "user": "U1",
+        "ts": "1700000009.000300",
+        "text": "<@UBOT> what's up?",
+    }
+    seen: list[int] = []
+
+    async def look(method: str, args: dict[str, Any]) -> None:
+        if method not in BOLT_OWN:
+            async with sessions() as session:
+                seen.append(await session.scalar(select(func.count()).select_from(Event)))
+
+    api.on_call = look
+    assert await post(app, envelope(event)) == 200
+    await settle()
+    assert seen and set(seen) == {1}
+    (answer,) = api.called("chat.postMessage")
+    assert answer["thread_ts"] == "1700000009.000300"
+
+
+async def test_a_message_whose_files_never_came_tells_the_agent(engine, clock, fake: FakeOpenAI):
+    """Its fetcher died (the process was killed after Slack heard "received"): the words
+    wait a while, then go to the agent with a note of the files it never got."""
+    from adapters.inbound import SharedFile, message_event, take
+
+    scope = await engine.agent("slack:T0001", "U1")
+
+    async def never() -> bytes:
+        raise AssertionError("nobody fetches it in this test")
+
+    file = SharedFile("plan.pdf", 100, "slack:file:Fplan", never)
+    held = await take(engine, scope, message_event("see the plan", "m:1", {}, [file]), True)
+    later = await engine.converse(scope, message_event("and hello", "m:2", {}, []))
+    assert later.replies == ["You said: and hello"]  # later words are not stuck behind it
+    await engine.resume()
+    assert await engine.outbox.undelivered(held) == []  # still waiting for its file
+    clock.advance(minutes=3)
+    await engine.resume()
+    (reply,) = await engine.outbox.take_replies(held)
+    prompt = json.dumps(fake.chat_requests[-1]["messages"][-1])
+    assert "see the plan" in prompt and "plan.pdf" in prompt and "could not be read" in prompt
+    assert reply.startswith("You said: see the plan")
