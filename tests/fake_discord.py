@@ -5,7 +5,10 @@ every request is recorded as a `Call` (method, path below the API root, JSON bod
 `payload_json` and files of a multipart body). It answers what the adapter needs: the bot
 user and application, typing, messages (given ids, echoed back), DM channels (403 for users
 in `closed_dms`), interaction callbacks (`with_response` shape), webhook follow-ups and
-edits, command sync, and attachment downloads from `files`.
+edits, command sync, and attachment downloads from `files`. Reading back: a channel's
+`history` (what members posted, as message payloads; `GET /channels/{id}/messages` with
+`after` and `limit`, newest first as Discord answers) and `GET /channels/{id}` (from
+`channels`, or a DM channel of `dm_channels`).
 
 The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
 GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
@@ -37,6 +40,7 @@ def snowflake() -> int:
 class Call:
     method: str
     path: str  # below /api/v10, e.g. /channels/123/messages
+    query: dict[str, str] = field(default_factory=dict)
     body: Any = None
     files: dict[str, bytes] = field(default_factory=dict)  # file name -> content
 
@@ -50,6 +54,8 @@ class FakeDiscord:
         self.closed_dms: set[int] = set()
         self.dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self.shown: dict[int, dict[str, Any]] = {}  # interaction id -> the message it showed
+        self.history: dict[int, list[dict[str, Any]]] = {}  # channel id -> posted messages
+        self.channels: dict[int, dict[str, Any]] = {}  # channel id -> its payload
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.root = ""
@@ -97,7 +103,7 @@ class FakeDiscord:
 
     async def _record(self, request: web.Request) -> Call:
         path = request.path.removeprefix("/api/v10")
-        call = Call(request.method, path)
+        call = Call(request.method, path, query=dict(request.query))
         if request.content_type.startswith("multipart/"):
             reader = await request.multipart()
             async for part in reader:
@@ -133,6 +139,10 @@ class FakeDiscord:
             return _json({"id": str(channel_id), "type": 1, "recipients": [recipient]})
         if match := re.fullmatch(r"/channels/(\d+)/typing", path):
             return web.Response(status=204)
+        if method == "GET" and (match := re.fullmatch(r"/channels/(\d+)/messages", path)):
+            return _json(self._read_back(int(match[1]), call.query))
+        if method == "GET" and (match := re.fullmatch(r"/channels/(\d+)", path)):
+            return self._channel(int(match[1]))
         if match := re.fullmatch(r"/channels/(\d+)/messages", path):
             channel_id = int(match[1])
             if any(self.dm_channels.get(u) == channel_id for u in self.closed_dms):
@@ -146,6 +156,20 @@ class FakeDiscord:
             commands = [self._command(c) for c in body] if method == "PUT" else []
             return _json(commands)
         return _error(404, 0, f"the fake has no route for {method} {path}")
+
+    def _read_back(self, channel_id: int, query: dict[str, str]) -> list[dict[str, Any]]:
+        after, limit = int(query.get("after", 0)), int(query.get("limit", 50))
+        posted = sorted(self.history.get(channel_id, []), key=lambda m: int(m["id"]))
+        return [m for m in posted if int(m["id"]) > after][:limit][::-1]
+
+    def _channel(self, channel_id: int) -> web.Response:
+        if channel_id in self.channels:
+            return _json(self.channels[channel_id])
+        for user_id, dm in self.dm_channels.items():
+            if dm == channel_id:
+                recipient = user(user_id, f"user{user_id}")
+                return _json({"id": str(channel_id), "type": 1, "recipients": [recipient]})
+        return _error(404, 10003, "Unknown Channel")
 
     def _application(self) -> dict[str, Any]:
         return {

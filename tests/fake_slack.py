@@ -4,6 +4,9 @@ The real `AsyncWebClient` talks to it through `base_url`; every call is recorded
 (method, arguments). `latency` delays every Web API answer (seconds), as the real API
 takes its time; `fail_methods` makes a method fail every time, `fail_once` the next N times;
 `on_call(method, args)`, when set, runs as each call arrives (to look at the world just then).
+Socket Mode: `apps.connections.open` hands out a WebSocket on this server; `push(envelope)`
+sends an envelope down it, and `acks` holds what the app answered (with `on_ack(ack)`, when
+set, run as each answer arrives).
 It also serves file downloads (`url_private_download`), takes file
 uploads (files_upload_v2) and response_url posts. `signed(body, secret)` builds the
 headers Slack would send with an Events API or slash-command request. `settle()` waits for
@@ -57,6 +60,10 @@ class FakeSlack:
     def __init__(self, latency: float = 0.0) -> None:
         self.latency = latency
         self.on_call: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
+        self.on_ack: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+        self.acks: list[dict[str, Any]] = []
+        self._socket: web.WebSocketResponse | None = None
+        self._socket_open = asyncio.Event()
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.files: dict[str, bytes] = {}
         self.uploads: dict[str, bytes] = {}
@@ -117,6 +124,8 @@ class FakeSlack:
         if method == "users.info":
             user = self.users.get(args.get("user", ""))
             return {"user": user} if user else {"ok": False, "error": "user_not_found"}
+        if method == "apps.connections.open":
+            return {"url": f"ws{self.root.removeprefix('http')}/socket"}
         if method == "conversations.open":
             return {"channel": {"id": f"D{args.get('users', 'X')}"}}
         if method == "chat.postMessage":
@@ -128,6 +137,25 @@ class FakeSlack:
             files = json.loads(args.get("files", "[]"))
             return {"files": [{"id": f["id"], "title": f.get("title")} for f in files]}
         return {}
+
+    async def _socket_mode(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"type": "hello", "num_connections": 1})
+        self._socket = socket
+        self._socket_open.set()
+        async for frame in socket:
+            ack = json.loads(frame.data)
+            if self.on_ack is not None:
+                await self.on_ack(ack)
+            self.acks.append(ack)
+        return socket
+
+    async def push(self, envelope: dict[str, Any]) -> None:
+        """Send an envelope to the app connected in Socket Mode (waiting for it to connect)."""
+        await asyncio.wait_for(self._socket_open.wait(), 30)
+        assert self._socket is not None
+        await self._socket.send_json(envelope)
 
     async def _download(self, request: web.Request) -> web.Response:
         self.calls.append(("download", {"auth": request.headers.get("Authorization", "")}))
@@ -148,6 +176,7 @@ class FakeSlack:
         app.router.add_post("/api/{method}", self._api)
         app.router.add_get("/api/{method}", self._api)
         app.router.add_get("/files/{name}", self._download)
+        app.router.add_get("/socket", self._socket_mode)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_post("/respond/{id}", self._respond)
         self._runner = web.AppRunner(app, access_log=None)
@@ -159,5 +188,7 @@ class FakeSlack:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._socket is not None:
+            await self._socket.close()
         if self._runner:
             await self._runner.cleanup()

@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 import pytest
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.request.async_request import AsyncBoltRequest
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -110,32 +111,96 @@ async def test_wait_idle_waits_for_the_turn_after_the_acknowledgement(app, api, 
     assert api.called("reactions.remove")
 
 
-async def test_a_message_that_cannot_be_stored_is_not_acknowledged(private_pg, fake, clock):  # noqa: F811
-    """Database down: Slack gets a 500 (so it sends the event again) and nobody is told
-    anything yet; the retry, once the database is back, is stored and answered once."""
+@pytest.fixture
+async def restartable(private_pg, fake):  # noqa: F811
+    """(engine, sessions, server) on a Postgres of this test's own, which it may stop."""
     db = make_engine(private_pg.get_uri(driver="asyncpg"))
     await migrate(db, 16)
     sessions = async_sessionmaker(db, expire_on_commit=False)
     client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
     engine = Engine(sessions, Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig()))
     try:
-        async with FakeSlack() as api:
-            api.add_user("U1")
-            app = build(engine, sessions, clock, api)
-            payload = message(text="are you up?")
-            await asyncio.to_thread(private_pg.stop)
-            assert await post(app, payload) == 500
-            await settle()
-            assert api.called("chat.postMessage") == []  # no apology: Slack sends it again
-            await asyncio.to_thread(private_pg.ensure_postgres_running)
-            assert await post(app, payload, retry=1) == 200
-            await settle()
-            assert texts(api) == ["You said: are you up?"]
-        async with sessions() as session:
-            assert await session.scalar(select(func.count()).select_from(Event)) == 1
+        yield engine, sessions, private_pg
     finally:
         await client.close()
         await db.dispose()
+
+
+async def count_events(sessions: Any) -> int:
+    async with sessions() as session:
+        return int(await session.scalar(select(func.count()).select_from(Event)) or 0)
+
+
+async def test_a_message_that_cannot_be_stored_is_not_acknowledged(restartable, clock):
+    """Database down: Slack gets a 500 (so it sends the event again) and nobody is told
+    anything yet; the retry, once the database is back, is stored and answered once."""
+    engine, sessions, server = restartable
+    async with FakeSlack() as api:
+        api.add_user("U1")
+        app = build(engine, sessions, clock, api)
+        payload = message(text="are you up?")
+        await asyncio.to_thread(server.stop)
+        assert await post(app, payload) == 500
+        await settle()
+        assert api.called("chat.postMessage") == []  # no apology: Slack sends it again
+        await asyncio.to_thread(server.ensure_postgres_running)
+        assert await post(app, payload, retry=1) == 200
+        await settle()
+        assert texts(api) == ["You said: are you up?"]
+    assert await count_events(sessions) == 1
+
+
+def socket_envelope(envelope_id: str, payload: dict[str, Any], retry: int = 0) -> dict:
+    return {
+        "envelope_id": envelope_id,
+        "type": "events_api",
+        "accepts_response_payload": False,
+        "retry_attempt": retry,
+        "retry_reason": "timeout" if retry else "",
+        "payload": payload,
+    }
+
+
+async def until(predicate: Any, seconds: float = 30) -> None:
+    for _ in range(int(seconds * 20)):
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError
+
+
+async def test_socket_mode_acknowledges_only_what_is_stored(restartable, clock, caplog):
+    """Socket Mode: the envelope is acknowledged once the event is in the database, and not
+    at all while it cannot be stored (Slack then sends it again)."""
+    engine, sessions, server = restartable
+    stored_at_ack: dict[str, int] = {}
+
+    async def look(ack: dict[str, Any]) -> None:
+        stored_at_ack[ack["envelope_id"]] = await count_events(sessions)
+
+    async with FakeSlack() as api:
+        api.add_user("U1")
+        api.on_ack = look
+        handler = AsyncSocketModeHandler(build(engine, sessions, clock, api), "xapp-test")
+        await handler.connect_async()
+        try:
+            await api.push(socket_envelope("E1", message(text="first")))
+            await until(lambda: "E1" in stored_at_ack)
+            assert stored_at_ack["E1"] == 1
+            await settle()  # answered before the database goes away
+
+            await asyncio.to_thread(server.stop)
+            second = message(text="second")
+            await api.push(socket_envelope("E2", second))
+            await until(lambda: "was not stored" in caplog.text)
+            await asyncio.to_thread(server.ensure_postgres_running)
+            await api.push(socket_envelope("E3", second, retry=1))
+            await until(lambda: "E3" in stored_at_ack)
+            await settle()
+        finally:
+            await handler.close_async()
+    assert "E2" not in stored_at_ack and stored_at_ack["E3"] == 2
+    assert texts(api) == ["You said: first", "You said: second"]
 
 
 async def test_words_beside_a_file_survive_a_rate_limited_reply(app, api, engine, sessions, clock):

@@ -2,6 +2,7 @@
 
     CompanionClient     intents, mention safety, the slash command tree, tenant lookup
       setup_hook        sync the slash commands (once per process, after login)
+      on_ready          a new session: read back what was missed (catchup.py)
       on_message        a DM, mention or reply to the bot -> the author's agent
       on_member_join    a welcome by DM, when the community has welcomes on
 
@@ -17,6 +18,7 @@ import logging
 import discord
 
 from adapters.common import SORRY, WELCOME_EVENT, Services
+from adapters.discord.catchup import catch_up
 from adapters.discord.commands import CommandState, CompanionTree, add_commands
 from adapters.discord.messages import (
     CHAT_TYPES,
@@ -91,6 +93,8 @@ class CompanionClient(discord.Client):
 
     async def on_ready(self) -> None:
         log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
+        engine = self.services.engine
+        engine.activity.start(catch_up(self, engine), "Discord catch-up")
 
     async def on_message(self, message: discord.Message) -> None:
         me = self.user

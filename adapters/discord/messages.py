@@ -2,11 +2,13 @@
 
     addressed_to(message, me)   a DM, a mention of the bot (or its role), a reply to the bot
     spoken_text(message, me)    the member's words: the bot's mention dropped, others readable
-    upload_refusal(name, size)  why an attachment is refused, decided before downloading it
+    shared_file(message, a)     an attachment as a file to take (downloaded only if its name
+                                and size pass)
     guild_id_of(message)        the server it was posted in, None for a DM
     ChannelReplies              the `send` callback: parts of at most 2000 characters, the
                                 first one as a reply to the member's message (in a server)
-    handle_message(...)         attachments, then the text, as the author's own events
+    handle_message(...)         store the message first, then its attachments, then the
+                                words, as the author's own events (adapters/inbound.py)
 
 Only the speaker's own message reaches their agent: never the channel's history, never the
 text of the message they reply to, never other members' files.
@@ -22,11 +24,9 @@ from typing import Any
 import discord
 
 from adapters.common import Services
+from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
 from adapters.text import split_message
 from core.errors import EventTooLarge, UploadRejected
-from core.events import EventKind, InboundEvent
-from core.members.documents import check_upload
-from core.scope import Scope
 
 log = logging.getLogger(__name__)
 
@@ -73,15 +73,6 @@ def spoken_text(message: discord.Message, me: discord.abc.User) -> str:
     return clone.clean_content.strip()
 
 
-def upload_refusal(filename: str, size: int) -> str | None:
-    """The reason a file will not be stored, from its name and Discord's size, or None."""
-    try:
-        check_upload(filename, size)
-    except UploadRejected as error:
-        return str(error)
-    return None
-
-
 class ChannelReplies:
     """Sends replies to where the member spoke; in a server the first part quotes them."""
 
@@ -109,53 +100,41 @@ def _meta(message: discord.Message) -> dict[str, Any]:
     }
 
 
-async def _upload(
-    services: Services,
-    scope: Scope,
-    message: discord.Message,
-    attachment: discord.Attachment,
-    reply: ChannelReplies,
-) -> None:
-    try:
-        refusal = upload_refusal(attachment.filename, attachment.size)
-        if refusal is not None:
-            raise UploadRejected(refusal)
-        data = await attachment.read()
-        await services.engine.upload(
-            scope,
-            attachment.filename,
-            data,
-            dedup_key=f"discord:att:{attachment.id}",
-            meta={**_meta(message), "attachment_id": str(attachment.id)},
-            send=reply,
-        )
-    except UploadRejected as error:
-        await reply(str(error))
-    except discord.HTTPException as error:
-        log.warning("attachment %s of message %s: %s", attachment.id, message.id, error)
-        await reply(DOWNLOAD_FAILED.format(name=attachment.filename))
+def shared_file(message: discord.Message, attachment: discord.Attachment) -> SharedFile:
+    async def read() -> bytes:
+        try:
+            return await attachment.read()
+        except discord.HTTPException as error:
+            log.warning("attachment %s of message %s: %s", attachment.id, message.id, error)
+            raise UploadRejected(DOWNLOAD_FAILED.format(name=attachment.filename)) from error
+
+    return SharedFile(
+        attachment.filename,
+        attachment.size,
+        f"discord:att:{attachment.id}",
+        read,
+        {**_meta(message), "attachment_id": str(attachment.id)},
+    )
 
 
 async def handle_message(
     services: Services, tenant: str, message: discord.Message, me: discord.abc.User
 ) -> None:
-    """Files first (so the agent knows them), then the words beside them."""
+    """Stored first; then, while typing shows, the files and the words beside them."""
+    engine = services.engine
     author = message.author
-    scope = await services.engine.agent(tenant, str(author.id), author.display_name)
+    files = [shared_file(message, attachment) for attachment in message.attachments]
+    text = spoken_text(message, me)
+    if not text and not files:
+        text = message.clean_content  # a bare mention: the member called the bot
+    event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
     reply = ChannelReplies(message)
-    async with message.channel.typing():
-        for attachment in message.attachments:
-            await _upload(services, scope, message, attachment, reply)
-        text = spoken_text(message, me)
-        if not text and message.attachments:
-            return
-        event = InboundEvent(
-            EventKind.USER_MESSAGE,
-            text or message.clean_content,  # a bare mention: the member called the bot
-            dedup_key=f"discord:msg:{message.id}",
-            meta=_meta(message),
-        )
+    async with engine.activity.working():
+        scope = await engine.agent(tenant, str(author.id), author.display_name)
         try:
-            await services.engine.converse(scope, event, send=reply)
+            event_id = await take(engine, scope, event, bool(files))
         except EventTooLarge as error:
-            await reply(str(error))
+            await never_failing(reply)(str(error))
+            return
+        async with message.channel.typing():
+            await follow_up(engine, scope, event_id, files, reply)

@@ -45,7 +45,7 @@ class Activity:
         finally:
             self._leave()
 
-    def start(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    def start(self, work: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[None]:
         """Run `work` as a task; counted from now (not from when the task first runs)."""
         self._enter()
         task = asyncio.create_task(self._run(work, name), name=f"companion: {name}")
@@ -58,7 +58,7 @@ class Activity:
         self._leave()
 
     @staticmethod
-    async def _run(work: Coroutine[Any, Any, None], name: str) -> None:
+    async def _run(work: Coroutine[Any, Any, Any], name: str) -> None:
         try:
             await work
         except Exception:

@@ -10,7 +10,8 @@
     resume()               after a restart, drain every agent with pending events (and
                            release events held longer than HOLD_LIMIT)
     (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
-    for a clean shutdown, from `engine.activity`)
+    for a clean shutdown, from `engine.activity`; what was stored from where, for reading
+    a platform back after a restart, from `engine.seen`)
 
 Each event runs in its own transaction holding the agent's row lock, so one agent handles
 one event at a time across every process, in arrival order; the replies go to the outbox in
@@ -44,6 +45,7 @@ from core.ports import Counter, Send, Timer
 from core.runtime.activity import Activity
 from core.runtime.budgets import over_limit, record_usage
 from core.runtime.outbox import Outbox
+from core.runtime.seen import Seen
 from core.schedule.planning import after_event
 from core.scope import Scope, enter_scope
 
@@ -98,6 +100,7 @@ class Engine:
         self.clock = clock
         self.outbox = Outbox(sessions, clock)
         self.activity = Activity()
+        self.seen = Seen(sessions)
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""

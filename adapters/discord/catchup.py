@@ -1,0 +1,67 @@
+"""Reading back what Discord will not send again.
+
+Discord sends each message once, over the gateway, and never again: not when the process
+was down, not when it died between receiving a message and storing it. (A resumed session
+is different: Discord replays what the session missed, so RESUMED needs nothing here.)
+When a new session starts (READY: after a start, or after a session Discord could not
+resume), the bot reads back the channels and DMs where it talked with members in the last
+CATCH_UP_DAYS, from a little before the newest message it stored there, and handles what
+it finds exactly as if it had just arrived: the same filter (DMs, mentions, replies to the
+bot), the same path. What is stored already is skipped; the dedup key
+`discord:msg:<id>` makes a message read twice safe anyway.
+
+What stays out of reach: a channel or DM where the bot never talked before (Discord cannot
+list a bot's DMs), messages older than CATCH_UP_DAYS, and beyond PER_CHANNEL messages in
+one channel.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any, Protocol
+
+import discord
+
+from core.runtime.engine import Engine
+
+log = logging.getLogger(__name__)
+CATCH_UP_DAYS = 7
+PER_CHANNEL = 200
+MARGIN = timedelta(minutes=1)  # messages handled side by side may have been stored out of order
+
+
+class Reader(Protocol):
+    """The client as seen from here: fetch a channel, handle a message as it arrives."""
+
+    def get_channel(self, channel_id: int, /) -> Any: ...
+
+    async def fetch_channel(self, channel_id: int, /) -> Any: ...
+
+    async def on_message(self, message: discord.Message, /) -> None: ...
+
+
+async def catch_up(client: Reader, engine: Engine) -> int:
+    """Read back every channel the bot talked in lately; returns how many messages it took."""
+    since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
+    newest = await engine.seen.newest_per_channel("discord:", since)
+    taken = 0
+    for channel_id, message_id in newest.items():
+        try:
+            taken += await _read_back(client, engine, int(channel_id), message_id)
+        except discord.HTTPException as error:  # gone, or no longer visible to the bot
+            log.info("could not read back channel %s: %s", channel_id, error)
+    if taken:
+        log.info("caught up on %d messages in %d channels", taken, len(newest))
+    return taken
+
+
+async def _read_back(client: Reader, engine: Engine, channel_id: int, newest: int) -> int:
+    channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
+    start = discord.utils.snowflake_time(newest) - MARGIN
+    found = [m async for m in channel.history(after=start, limit=PER_CHANNEL, oldest_first=True)]
+    known = await engine.seen.stored([f"discord:msg:{m.id}" for m in found])
+    missed = [m for m in found if f"discord:msg:{m.id}" not in known]
+    for message in missed:
+        await client.on_message(message)  # its own filter drops what is not for the bot
+    return len(missed)

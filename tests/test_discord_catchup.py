@@ -1,0 +1,94 @@
+"""Discord never sends a message twice: what the bot missed is read back when a session starts.
+
+The bot of tests/test_discord.py talks with Ann (DM) and Bob (#general). Then it "misses"
+messages: they are posted to the fake's channel history but no MESSAGE_CREATE reaches the
+client (the process was down, or died before storing them). A new gateway session (READY,
+GUILD_CREATE) starts, as after a restart; the bot reads the channels back and answers what
+was meant for it, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import select
+
+from adapters.inbound import FILE_FAILED
+from core.models import Passage
+from tests.fake_discord import attachment, message, ready, user
+from tests.test_discord import (  # noqa: F401 (fixtures)
+    ANN,
+    APP_ID,
+    BOB,
+    BOT,
+    DM,
+    GENERAL,
+    GUILD,
+    NAMES,
+    Bot,
+    api,
+    bot,
+    guild_member,
+    harbour,
+    members,
+    settle,
+)
+from tests.test_run import free_port
+
+
+def missed(rig: Bot, author: int, channel: int, content: str, **extra: Any) -> dict[str, Any]:
+    """Posted in the channel; the bot never hears of it over the gateway."""
+    who = user(author, NAMES[author])
+    if channel == DM:
+        payload = message(who, DM, content, **extra)
+    else:
+        extra.setdefault("author_member", guild_member(author))
+        payload = message(who, channel, content, guild_id=GUILD, **extra)
+    rig.api.history.setdefault(channel, []).append(payload)
+    return payload
+
+
+async def said(rig: Bot, author: int, channel: int, content: str, **extra: Any) -> None:
+    """Posted in the channel and heard live (so it is in the channel's history too)."""
+    payload = await rig.say(author, content, channel=channel, **extra)
+    rig.api.history.setdefault(channel, []).append(payload)
+
+
+async def new_session(rig: Bot, engine: Any) -> None:
+    """READY and the server, as after a restart; returns once on_ready's work is done."""
+    rig.state.parse_ready(ready(BOT, APP_ID, [GUILD]))
+    rig.state.parse_guild_create(harbour())
+    await asyncio.wait_for(rig.state._ready_task, 10)  # READY is dispatched after the servers
+    await settle()
+    await engine.wait_idle()
+
+
+async def test_what_was_missed_is_read_back_and_answered_once(bot, engine, fake):  # noqa: F811
+    await said(bot, ANN, DM, "hello")
+    await said(bot, BOB, GENERAL, f"<@{bot.client.user.id}> hi", mentions=[BOT])
+    missed(bot, ANN, DM, "are you still there?")
+    missed(bot, ANN, GENERAL, "lunch anyone?")  # not for the bot
+    missed(bot, BOB, GENERAL, f"<@{bot.client.user.id}> did you see my note?", mentions=[BOT])
+    await new_session(bot, engine)
+    assert bot.api.texts(DM) == ["You said: hello", "You said: are you still there?"]
+    assert bot.api.texts(GENERAL) == ["You said: hi", "You said: did you see my note?"]
+    await new_session(bot, engine)  # read back again: nothing is answered twice
+    assert len(bot.api.texts(DM)) == 2 and len(bot.api.texts(GENERAL)) == 2
+    assert len(fake.chat_requests) == 4
+
+
+async def test_words_beside_a_file_that_breaks_are_answered(bot, sessions):  # noqa: F811
+    dead = f"http://127.0.0.1:{free_port()}/attachments/gone.txt"  # nothing listens
+    bot.api.files["notes.txt"] = b"The boat needs new sails before June."
+    files = [
+        attachment(dead, "gone.txt", 40),
+        attachment(bot.api.file_url("notes.txt"), "notes.txt", 37),
+    ]
+    await bot.say(ANN, "two files for you", channel=DM, attachments=files)
+    failed, _, words = bot.api.texts(DM)  # the middle one answers the file that came
+    assert failed == FILE_FAILED.format(name="gone.txt")
+    assert words == "You said: two files for you"
+    async with sessions() as session:
+        sources = (await session.scalars(select(Passage.source))).all()
+    assert [source.split(" (")[0] for source in sources] == ["notes.txt"]
