@@ -11,14 +11,15 @@
               Postgres, so several processes share the work), replies that failed to go out
               (retried until delivered), and pending events left by a crashed process
 
-Slack hears "received" only for an event already stored (see adapters/slack). On start,
-what a previous process left behind is finished first: pending events are handled and
-replies that never went out are sent.
+Slack hears "received" only for an event already stored (see adapters/slack). Right after
+start, beside the new events, the bot finishes what a previous process left behind: its
+pending events are handled and replies that never went out are sent.
 
-SIGTERM or SIGINT: stop taking events; wait (up to STORE_GRACE_SECONDS) for requests that
-are still storing theirs, then (up to GRACE_SECONDS) for the turns and deliveries in
-flight; exit. A turn that does not finish in time stays pending in the database and
-resumes on the next start.
+SIGTERM or SIGINT: Slack takes no new requests (those in flight store their event first, up
+to STORE_GRACE_SECONDS) and the scheduler stops; then the turns and deliveries in flight get
+the rest of GRACE_SECONDS, Discord's client staying connected meanwhile (its replies go out
+through it; what it still receives is stored and handled like the rest). A turn that does
+not finish in time stays pending in the database and resumes on the next start.
 """
 
 from __future__ import annotations
@@ -175,31 +176,39 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     router = Router()
     health = Health(app.sessions, app.metrics)
     slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
-    async with AsyncExitStack() as stack:
-        if not slack_http:  # otherwise the routes go on Slack's server
-            web_app = http_routes(web.Application(), app, health)
-            await stack.enter_async_context(
-                serving(web_app, settings.http_host, settings.http_port)
-            )
+    async with AsyncExitStack() as outlets:
+        # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await stack.enter_async_context(discord_running(app, services, router))
-        if settings.slack_bot_token:
-            await stack.enter_async_context(slack_running(app, services, router, health))
-        app.engine.activity.start(recover(app, router), "recovery after start")
-        await stack.enter_async_context(scheduler_running(app, router))
-        health.started = True
-        await stop.wait()
-        health.started = False
-        log.info("stopping: no new events; waiting up to %ss for turns in flight", GRACE_SECONDS)
+            await outlets.enter_async_context(discord_running(app, services, router))
+        async with AsyncExitStack() as inlets:
+            if not slack_http:  # otherwise the routes go on Slack's server
+                web_app = http_routes(web.Application(), app, health)
+                await inlets.enter_async_context(
+                    serving(web_app, settings.http_host, settings.http_port)
+                )
+            if settings.slack_bot_token:
+                await inlets.enter_async_context(slack_running(app, services, router, health))
+            app.engine.activity.start(recover(app, router), "recovery after start")
+            await inlets.enter_async_context(scheduler_running(app, router))
+            health.started = True
+            await stop.wait()
+            health.started = False
+            log.info("stopping: no new events; up to %ss for turns in flight", GRACE_SECONDS)
+            deadline = loop.time() + GRACE_SECONDS
+        await finish_in_flight(app, deadline)
+    return 0
+
+
+async def finish_in_flight(app: App, deadline: float) -> None:
+    """Wait for the turns and deliveries in flight; past the deadline, they stay pending."""
     try:
-        async with asyncio.timeout(GRACE_SECONDS):
+        async with asyncio.timeout_at(deadline):
             await app.engine.wait_idle()
     except TimeoutError:
         log.warning(
             "turns still running after %ss stay pending and resume on next start", GRACE_SECONDS
         )
         await app.engine.activity.cancel()
-    return 0
 
 
 async def recover(app: App, router: Router) -> None:
