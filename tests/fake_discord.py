@@ -8,7 +8,8 @@ in `closed_dms`), interaction callbacks (`with_response` shape), webhook follow-
 edits, command sync, and attachment downloads from `files`. Reading back: a channel's
 `history` (what members posted, as message payloads; `GET /channels/{id}/messages` with
 `after` and `limit`, newest first as Discord answers) and `GET /channels/{id}` (from
-`channels`, or a DM channel of `dm_channels`).
+`channels`, or a DM channel of `dm_channels`). `on_call(call)`, when set, runs as each
+request arrives; `typing_status` is what the typing endpoint answers (204).
 
 The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
 GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
@@ -20,7 +21,7 @@ import asyncio
 import itertools
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,8 @@ class FakeDiscord:
         self.shown: dict[int, dict[str, Any]] = {}  # interaction id -> the message it showed
         self.history: dict[int, list[dict[str, Any]]] = {}  # channel id -> posted messages
         self.channels: dict[int, dict[str, Any]] = {}  # channel id -> its payload
+        self.on_call: Callable[[Call], Awaitable[None]] | None = None
+        self.typing_status = 204
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.root = ""
@@ -117,6 +120,8 @@ class FakeDiscord:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         call = await self._record(request)
+        if self.on_call is not None:
+            await self.on_call(call)
         response = self._answer(call)
         self.calls.append(call)
         async with self._changed:
@@ -138,6 +143,8 @@ class FakeDiscord:
             recipient = user(user_id, f"user{user_id}")
             return _json({"id": str(channel_id), "type": 1, "recipients": [recipient]})
         if match := re.fullmatch(r"/channels/(\d+)/typing", path):
+            if self.typing_status != 204:
+                return _error(self.typing_status, 50013, "Missing Permissions")
             return web.Response(status=204)
         if method == "GET" and (match := re.fullmatch(r"/channels/(\d+)/messages", path)):
             return _json(self._read_back(int(match[1]), call.query))

@@ -1,4 +1,5 @@
-"""Discord never sends a message twice: what the bot missed is read back when a session starts.
+"""Discord never sends a message twice: a message is stored before anything else happens to
+it, and what the bot missed is read back when a session starts.
 
 The bot of tests/test_discord.py talks with Ann (DM) and Bob (#general). Then it "misses"
 messages: they are posted to the fake's channel history but no MESSAGE_CREATE reaches the
@@ -12,10 +13,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from adapters.inbound import FILE_FAILED
-from core.models import Passage
+from core.models import Event, Passage
 from tests.fake_discord import attachment, message, ready, user
 from tests.test_discord import (  # noqa: F401 (fixtures)
     ANN,
@@ -92,3 +93,23 @@ async def test_words_beside_a_file_that_breaks_are_answered(bot, sessions):  # n
     async with sessions() as session:
         sources = (await session.scalars(select(Passage.source))).all()
     assert [source.split(" (")[0] for source in sources] == ["notes.txt"]
+
+
+async def test_a_message_is_stored_before_typing_shows_and_answered_without_it(
+    bot,  # noqa: F811
+    sessions,
+):
+    stored_at_typing: list[int] = []
+
+    async def look(call: Any) -> None:
+        if call.path.endswith("/typing"):
+            async with sessions() as session:
+                stored_at_typing.append(
+                    await session.scalar(select(func.count()).select_from(Event))
+                )
+
+    bot.api.on_call = look
+    bot.api.typing_status = 403  # no permission to show typing here: still answered
+    await bot.say(ANN, "can you hear me?", channel=DM)
+    assert stored_at_typing == [1]
+    assert bot.api.texts(DM) == ["You said: can you hear me?"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+from contextlib import AsyncExitStack, suppress
 from typing import Any
 
 import discord
@@ -136,5 +137,7 @@ async def handle_message(
         except EventTooLarge as error:
             await never_failing(reply)(str(error))
             return
-        async with message.channel.typing():
+        async with AsyncExitStack() as typing:
+            with suppress(discord.HTTPException):  # no typing indicator is no reason to stop
+                await typing.enter_async_context(message.channel.typing())
             await follow_up(engine, scope, event_id, files, reply)
