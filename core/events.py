@@ -37,6 +37,17 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
+def clean_value(value: Any) -> Any:
+    """`clean_text` on every string in a JSON value (the meta a platform sends along)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [clean_value(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_text(str(key)): clean_value(item) for key, item in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class InboundEvent:
     kind: EventKind
@@ -47,7 +58,7 @@ class InboundEvent:
     def payload(self) -> dict[str, Any]:
         if len(self.text) > MAX_EVENT_CHARS:
             raise EventTooLarge(len(self.text), MAX_EVENT_CHARS)
-        return {"text": clean_text(self.text), "meta": self.meta}
+        return {"text": clean_text(self.text), "meta": clean_value(self.meta)}
 
 
 _PREFIX = {
