@@ -55,6 +55,7 @@ async def slack_running(
 ) -> AsyncIterator[None]:
     from adapters.slack import build_slack_app
     from adapters.slack.events import dm_sender as slack_dm
+    from adapters.slack.events import finish_held
     from adapters.slack.events import reply_sender as slack_reply
 
     settings = app.settings
@@ -63,6 +64,8 @@ async def slack_running(
         services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
     )
     router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
+    work = finish_held(services, slack.client, settings.slack_bot_token)
+    app.engine.activity.start(work, "Slack: messages held for their files")
     if settings.slack_app_token:
         from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from adapters.inbound import FILE_FAILED
+from adapters.inbound import FILE_FAILED, SharedFile, message_event, take
 from core.models import Event, Passage
 from tests.fake_discord import attachment, message, ready, user
 from tests.test_discord import (  # noqa: F401 (fixtures)
@@ -27,6 +27,7 @@ from tests.test_discord import (  # noqa: F401 (fixtures)
     GENERAL,
     GUILD,
     NAMES,
+    TENANT,
     Bot,
     api,
     bot,
@@ -113,3 +114,30 @@ async def test_a_message_is_stored_before_typing_shows_and_answered_without_it(
     await bot.say(ANN, "can you hear me?", channel=DM)
     assert stored_at_typing == [1]
     assert bot.api.texts(DM) == ["You said: can you hear me?"]
+
+
+async def test_a_message_held_for_its_files_is_taken_again_on_read_back(
+    bot,  # noqa: F811
+    engine,
+    sessions,
+):
+    """Stored, held for its file, then the process died: the next session reads it back,
+    fetches the file and answers the words."""
+    await said(bot, ANN, DM, "hello")
+    bot.api.files["notes.txt"] = b"The boat needs new sails before June."
+    shared = attachment(bot.api.file_url("notes.txt"), "notes.txt", 37)
+    payload = missed(bot, ANN, DM, "read my notes", attachments=[shared])
+
+    async def died() -> bytes:
+        raise AssertionError("the process died before fetching")
+
+    scope = await engine.agent(TENANT, str(ANN))
+    meta = {"platform": "discord", "channel_id": str(DM), "message_id": payload["id"]}
+    file = SharedFile("notes.txt", 37, f"discord:att:{shared['id']}", died)
+    event = message_event("read my notes", f"discord:msg:{payload['id']}", meta, [file])
+    await take(engine, scope, event, has_files=True)
+
+    await new_session(bot, engine)
+    assert bot.api.texts(DM)[-1] == "You said: read my notes"
+    async with sessions() as session:
+        assert await session.scalar(select(func.count()).select_from(Passage)) == 1

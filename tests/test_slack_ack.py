@@ -21,9 +21,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from adapters.common import Services
-from adapters.inbound import FILE_FAILED
+from adapters.inbound import FILE_FAILED, take
 from adapters.slack import build_slack_app
-from adapters.slack.events import dm_sender, reply_sender
+from adapters.slack.events import dm_sender, finish_held, read_message, reply_sender
 from bot.database import make_engine, migrate
 from bot.delivery import Router
 from core.config import EngineConfig
@@ -34,7 +34,7 @@ from core.memory.turn import Mind
 from core.models import Event, Passage, Reply
 from core.runtime.engine import Engine
 from tests.fake_openai import FakeOpenAI
-from tests.fake_slack import FakeSlack, settle, signed
+from tests.fake_slack import BOT_USER, FakeSlack, settle, signed
 from tests.test_faults import private_pg, scratch  # noqa: F401 (fixtures)
 from tests.test_run import free_port
 from tests.test_slack import SECRET, envelope, message
@@ -287,3 +287,19 @@ async def test_a_message_whose_files_never_came_tells_the_agent(engine, clock, f
     prompt = json.dumps(fake.chat_requests[-1]["messages"][-1])
     assert "see the plan" in prompt and "plan.pdf" in prompt and "could not be read" in prompt
     assert reply.startswith("You said: see the plan")
+
+
+async def test_a_message_held_for_its_files_is_finished_after_a_restart(app, api, engine, fake):
+    """The process died right after storing a message with a file (Slack had its 200):
+    the next start fetches the file again, then answers the words beside it."""
+    api.files["notes.md"] = NOTES
+    payload = shared(api, "what is in my notes?", ("notes.md", f"{api.root}/files/notes.md"))
+    message_ = read_message(payload, payload["event"], "xoxb-test", BOT_USER)
+    scope = await engine.agent(message_.tenant, message_.user)
+    await take(engine, scope, message_.event(), has_files=True)  # ... and then it died
+
+    services = Services(engine, Members(engine.sessions, EngineConfig(), engine.clock))
+    await finish_held(services, app.client, "xoxb-test")  # the next start
+    assert texts(api)[-1] == "You said: what is in my notes?"
+    assert "notes.md" in json.dumps(fake.chat_requests[0]["messages"][-1])  # the file first
+    assert await engine.seen.held("slack:") == []

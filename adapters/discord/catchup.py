@@ -7,7 +7,8 @@ When a new session starts (READY: after a start, or after a session Discord coul
 resume), the bot reads back the channels and DMs where it talked with members in the last
 CATCH_UP_DAYS, from a little before the newest message it stored there, and handles what
 it finds exactly as if it had just arrived: the same filter (DMs, mentions, replies to the
-bot), the same path. What is stored already is skipped; the dedup key
+bot), the same path. What is stored already is skipped, except a message still held for its
+files (whoever fetched them died): taking it again fetches them. The dedup key
 `discord:msg:<id>` makes a message read twice safe anyway.
 
 What stays out of reach: a channel or DM where the bot never talked before (Discord cannot
@@ -60,7 +61,7 @@ async def _read_back(client: Reader, engine: Engine, channel_id: int, newest: in
     channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
     start = discord.utils.snowflake_time(newest) - MARGIN
     found = [m async for m in channel.history(after=start, limit=PER_CHANNEL, oldest_first=True)]
-    known = await engine.seen.stored([f"discord:msg:{m.id}" for m in found])
+    known = await engine.seen.settled([f"discord:msg:{m.id}" for m in found])
     missed = [m for m in found if f"discord:msg:{m.id}" not in known]
     for message in missed:
         await client.on_message(message)  # its own filter drops what is not for the bot

@@ -136,35 +136,42 @@ class SlackMessage:
     words: str  # empty when the member only shared files
     files: list[SharedFile]
 
+    refs: list[dict[str, Any]]  # the files as Slack named them: enough to fetch them again
+
     @property
     def meta(self) -> dict[str, Any]:
-        return {"channel": self.channel, "thread_ts": self.thread_ts}
+        return {"channel": self.channel, "thread_ts": self.thread_ts, "slack_files": self.refs}
 
     def event(self) -> InboundEvent:
         key = f"slack:msg:{self.channel}:{self.ts}"
         return message_event(self.words, key, self.meta, self.files)
 
 
+def shared_files(refs: list[dict[str, Any]], where: dict[str, Any], token: str) -> list[SharedFile]:
+    return [
+        SharedFile(
+            name=ref.get("name") or "file",
+            size=int(ref.get("size") or 0),
+            dedup_key=f"slack:file:{ref.get('id')}",
+            read=partial(_download, ref, token),
+            meta=where,
+        )
+        for ref in refs
+    ]
+
+
 def read_message(body: dict[str, Any], event: dict[str, Any], token: str, bot: str) -> SlackMessage:
     channel, ts = event["channel"], event["ts"]
     in_dm = event.get("channel_type") == "im"
     thread_ts = event.get("thread_ts") if in_dm else (event.get("thread_ts") or ts)
-    where = {"channel": channel, "thread_ts": thread_ts}
-    files = [
-        SharedFile(
-            name=file.get("name") or "file",
-            size=int(file.get("size") or 0),
-            dedup_key=f"slack:file:{file.get('id')}",
-            read=partial(_download, file, token),
-            meta=where,
-        )
-        for file in event.get("files") or []
-    ]
+    keep = ("id", "name", "size", "url_private_download", "url_private")
+    refs = [{k: file[k] for k in keep if k in file} for file in event.get("files") or []]
+    files = shared_files(refs, {"channel": channel, "thread_ts": thread_ts}, token)
     words = re.sub(rf"<@{bot}>", "", event.get("text") or "").strip()
     if not words and not files and f"<@{bot}>" in (event.get("text") or ""):
         words = "(calls you without saying anything)"  # a bare mention
     tenant = tenant_of(body, event)
-    return SlackMessage(tenant, event["user"], channel, ts, thread_ts, words, files)
+    return SlackMessage(tenant, event["user"], channel, ts, thread_ts, words, files, refs)
 
 
 async def handle_message(
@@ -200,6 +207,23 @@ async def answer(
         await follow_up(services.engine, scope, event_id, message.files, send)
     finally:
         await _react(client, False, message.channel, message.ts)
+
+
+async def finish_held(services: Services, client: AsyncWebClient, token: str) -> None:
+    """At start: messages still held for their files, whose fetcher died with its process.
+    Their files are fetched again (Slack keeps them), then the words are answered."""
+    engine = services.engine
+    for scope, event_id, meta in await engine.seen.held("slack:"):
+        if not meta.get("channel"):
+            continue
+        where = {"channel": meta["channel"], "thread_ts": meta.get("thread_ts")}
+        files = shared_files(meta.get("slack_files") or [], where, token)
+        try:
+            await follow_up(engine, scope, event_id, files, sender(client, **where))
+        except Exception:
+            log.warning(
+                "held message %s not finished (resume releases it)", event_id, exc_info=True
+            )
 
 
 def register_events(app: AsyncApp, services: Services, token: str) -> None:

@@ -6,7 +6,10 @@ say where to start reading and which of the messages read back are already store
 
     newest_per_channel(prefix, since)  per channel named in stored events' meta
                                        (`channel_id`, `message_id`): the newest message id
-    stored(keys)                       which of these dedup keys are stored already
+    settled(keys)                      which of these dedup keys are stored already, not
+                                       held for their files (a held one is worth reading again)
+    held(prefix)                       messages still held for their files: after a restart,
+                                       nobody is fetching them any more
 
 Both look across every tenant whose key starts with the platform's prefix, as the
 connection's own role (like `Engine.resume`).
@@ -16,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import BigInteger, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.events import EventStatus
 from core.models import Event, Tenant
+from core.scope import Scope
 
 
 class Seen:
@@ -45,11 +51,27 @@ class Seen:
             )
             return {str(c): int(m) for c, m in rows.all()}
 
-    async def stored(self, keys: Collection[str]) -> set[str]:
+    async def settled(self, keys: Collection[str]) -> set[str]:
         if not keys:
             return set()
         async with self.sessions() as session:
             found = await session.scalars(
-                select(Event.dedup_key).where(Event.dedup_key.in_(list(keys)))
+                select(Event.dedup_key).where(
+                    Event.dedup_key.in_(list(keys)), Event.status != EventStatus.WAITING
+                )
             )
             return {key for key in found if key is not None}
+
+    async def held(self, tenant_prefix: str) -> list[tuple[Scope, int, dict[str, Any]]]:
+        """(scope, event id, meta) of each held message of the platform's tenants."""
+        async with self.sessions() as session:
+            rows = await session.execute(
+                select(Event.tenant_id, Event.agent_id, Event.id, Event.payload)
+                .join(Tenant, Tenant.id == Event.tenant_id)
+                .where(
+                    Tenant.key.startswith(tenant_prefix, autoescape=True),
+                    Event.status == EventStatus.WAITING,
+                )
+                .order_by(Event.id)
+            )
+            return [(Scope(t, a), i, dict(p.get("meta") or {})) for t, a, i, p in rows.all()]
