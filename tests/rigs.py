@@ -1,13 +1,16 @@
 """The platforms as the adapters meet them: one Slack rig and one Discord rig for every test.
 
 Slack    `slack_rig(services)` builds the real Bolt app against `FakeSlack` (a stand-in for
-         the Web API, tests/fake_slack.py). `SlackRig.dispatch` hands Bolt a signed Events
-         API payload (`slack_message`, `slack_envelope`); `command` and `press` send a signed
-         `/companion` form or button press and return what it answered on the response_url.
+         the Web API, tests/fake_slack.py), as `companion run` builds it. `SlackRig.dispatch`
+         hands Bolt a signed Events API payload (`slack_message`, `slack_envelope`); `command`
+         and `press` send a signed `/companion` form or button press and return what it
+         answered on the response_url. Each returns once the work the app runs after its
+         acknowledgement (the turn, the answer, the command's work) is done too.
 Discord  `discord_rig(services, ...)` logs the real discord.py client in to `FakeDiscord`
          (tests/fake_discord.py), feeds it READY and GUILD_CREATE and waits for the command
          sync. `DiscordRig.say`, `slash` and `click` feed MESSAGE_CREATE and INTERACTION_CREATE
-         payloads and `settle()` until every handler they started has finished.
+         payloads and `settle()` until every handler they started has finished;
+         `reconnect()` starts a new gateway session, as after a restart.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from tests.fake_discord import (
     snowflake,
     user,
 )
-from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+from tests.fake_slack import BACKGROUND, BOT_USER, TEAM, FakeSlack, signed
+from tests.fake_slack import settle as settle_slack
 
 # --- Slack -----------------------------------------------------------------------------------
 
@@ -108,7 +112,11 @@ class SlackRig:
         """Bolt's answer to an Events API POST of `payload`, signed with `secret`."""
         body = json.dumps(payload)
         signed_headers = {**signed(body, secret), **(headers or {})}
-        return await self.app.async_dispatch(AsyncBoltRequest(body=body, headers=signed_headers))
+        response = await self.app.async_dispatch(
+            AsyncBoltRequest(body=body, headers=signed_headers)
+        )
+        await settle_slack()
+        return response
 
     async def command(self, text: str, user: str = "U1") -> list[dict[str, Any]]:
         """`/companion TEXT` typed by `user`: what it posted to its response_url."""
@@ -157,6 +165,7 @@ class SlackRig:
         }
         response = await self.app.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
         assert response.status == 200
+        await settle_slack()
         return self.api.responses[before:]
 
 
@@ -170,15 +179,13 @@ async def slack_rig(
             api.add_user(name)
         for name in admins:
             api.add_user(name, admin=True)
-        app = build_slack_app(
-            services, "xoxb-test", SLACK_SECRET, api.base_url, process_before_response=True
-        )
+        app = build_slack_app(services, "xoxb-test", SLACK_SECRET, api.base_url)
         yield SlackRig(app, api, services)
 
 
 # --- Discord ---------------------------------------------------------------------------------
 
-HANDLER_TASKS = ("discord.py: ", "CommandTree-invoker", "discord-ui-view-dispatch")
+HANDLER_TASKS = ("discord.py: ", "CommandTree-invoker", "discord-ui-view-dispatch", BACKGROUND)
 
 
 async def settle(within: float = 30.0) -> None:
@@ -205,6 +212,7 @@ class DiscordRig:
     api: FakeDiscord
     services: Services
     bot: dict[str, Any]  # the bot's user payload
+    server: dict[str, Any]  # GUILD_CREATE of the server
     guild_id: int
     channel_id: int  # the server's text channel where messages and commands go by default
     names: Callable[[int], str]  # the display name of a user id
@@ -294,6 +302,15 @@ class DiscordRig:
         await settle()
         return payload
 
+    async def reconnect(self) -> None:
+        """A new gateway session (READY, then the server), as after a restart; returns once
+        what on_ready started is done."""
+        app_id = self.api.application_id
+        self.state.parse_ready(ready(self.bot, app_id, [self.guild_id]))
+        self.state.parse_guild_create(self.server)
+        await asyncio.wait_for(self.state._ready_task, 10)  # READY comes after the servers
+        await settle()
+
     def answers(self, interaction: dict[str, Any]) -> list[str]:
         """Everything the interaction showed: its callback, follow-ups and edits."""
         bodies = [c.body.get("data") or {} for c in self.api.callbacks(interaction)]
@@ -328,7 +345,7 @@ async def discord_rig(
             await api.wait_for(lambda: api.find("PUT", f"/applications/{app_id}/commands"))
             await settle()
             try:
-                yield DiscordRig(client, api, services, bot, guild_id, channel_id, names)
+                yield DiscordRig(client, api, services, bot, server, guild_id, channel_id, names)
             finally:
                 await settle()
                 await client.close()

@@ -10,17 +10,16 @@ was meant for it, once.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from sqlalchemy import func, select
 
 from adapters.inbound import FILE_FAILED, SharedFile, message_event, take
 from core.models import Event, Passage
-from tests.fake_discord import attachment, message, ready, user
-from tests.test_discord import (  # noqa: F401 (fixtures)
+from tests.fake_discord import attachment, message, user
+from tests.rigs import DiscordRig
+from tests.test_discord import (  # noqa: F401 (bot: the fixture)
     ANN,
-    APP_ID,
     BOB,
     BOT,
     DM,
@@ -28,18 +27,15 @@ from tests.test_discord import (  # noqa: F401 (fixtures)
     GUILD,
     NAMES,
     TENANT,
-    Bot,
-    api,
     bot,
     guild_member,
-    harbour,
-    members,
-    settle,
 )
 from tests.test_run import free_port
 
 
-def missed(rig: Bot, author: int, channel: int, content: str, **extra: Any) -> dict[str, Any]:
+def missed(
+    rig: DiscordRig, author: int, channel: int, content: str, **extra: Any
+) -> dict[str, Any]:
     """Posted in the channel; the bot never hears of it over the gateway."""
     who = user(author, NAMES[author])
     if channel == DM:
@@ -51,18 +47,15 @@ def missed(rig: Bot, author: int, channel: int, content: str, **extra: Any) -> d
     return payload
 
 
-async def said(rig: Bot, author: int, channel: int, content: str, **extra: Any) -> None:
+async def said(rig: DiscordRig, author: int, channel: int, content: str, **extra: Any) -> None:
     """Posted in the channel and heard live (so it is in the channel's history too)."""
-    payload = await rig.say(author, content, channel=channel, **extra)
+    payload = await rig.say(author, content, channel, dm=channel == DM, **extra)
     rig.api.history.setdefault(channel, []).append(payload)
 
 
-async def new_session(rig: Bot, engine: Any) -> None:
+async def new_session(rig: DiscordRig, engine: Any) -> None:
     """READY and the server, as after a restart; returns once on_ready's work is done."""
-    rig.state.parse_ready(ready(BOT, APP_ID, [GUILD]))
-    rig.state.parse_guild_create(harbour())
-    await asyncio.wait_for(rig.state._ready_task, 10)  # READY is dispatched after the servers
-    await settle()
+    await rig.reconnect()
     await engine.wait_idle()
 
 
@@ -87,7 +80,7 @@ async def test_words_beside_a_file_that_breaks_are_answered(bot, sessions):  # n
         attachment(dead, "gone.txt", 40),
         attachment(bot.api.file_url("notes.txt"), "notes.txt", 37),
     ]
-    await bot.say(ANN, "two files for you", channel=DM, attachments=files)
+    await bot.say(ANN, "two files for you", DM, dm=True, attachments=files)
     failed, _, words = bot.api.texts(DM)  # the middle one answers the file that came
     assert failed == FILE_FAILED.format(name="gone.txt")
     assert words == "You said: two files for you"
@@ -111,7 +104,7 @@ async def test_a_message_is_stored_before_typing_shows_and_answered_without_it(
 
     bot.api.on_call = look
     bot.api.typing_status = 403  # no permission to show typing here: still answered
-    await bot.say(ANN, "can you hear me?", channel=DM)
+    await bot.say(ANN, "can you hear me?", DM, dm=True)
     assert stored_at_typing == [1]
     assert bot.api.texts(DM) == ["You said: can you hear me?"]
 

@@ -35,9 +35,11 @@ from core.models import Event, Passage, Reply
 from core.runtime.engine import Engine
 from tests.fake_openai import FakeOpenAI
 from tests.fake_slack import BOT_USER, FakeSlack, settle, signed
+from tests.rigs import SLACK_SECRET as SECRET
+from tests.rigs import slack_envelope as envelope
+from tests.rigs import slack_message as message
 from tests.test_faults import private_pg, scratch  # noqa: F401 (fixtures)
 from tests.test_run import free_port
-from tests.test_slack import SECRET, envelope, message
 
 NOTES = b"# Garden\nThe tomatoes go in the south bed."
 BOLT_OWN = {"auth.test"}  # Bolt asks who the bot is, once per process, before any listener
