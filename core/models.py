@@ -81,6 +81,23 @@ class User(Base):
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
+class DmHome(Base):
+    """Whose memory a platform user's direct messages use: one community's agent of theirs.
+
+    A DM comes from no server, so the member's DM conversation is tied to one community
+    (tenant) once, and stays there whatever servers the bot joins later; the member may
+    choose another. Erasing the member in that community (forget me) erases the choice.
+    """
+
+    __tablename__ = "dm_homes"
+    platform: Mapped[str] = mapped_column(String, primary_key=True)  # "discord"
+    external_id: Mapped[str] = mapped_column(String, primary_key=True)  # the platform user id
+    tenant_id: Mapped[int] = _tenant_fk()
+    user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
+    chosen: Mapped[str] = mapped_column(String)  # why this community: see core.members.dm_homes
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
 class Agent(Base):
     __tablename__ = "agents"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

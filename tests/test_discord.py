@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import select
 
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
-from adapters.discord import build_discord_client
 from adapters.discord.commands import LAPSED, Confirm
 from core.members.access import Access
 from core.members.documents import MAX_UPLOAD_BYTES
@@ -113,6 +112,7 @@ async def test_login_and_ready_sync_the_slash_commands(bot):
         "export",
         "forget",
         "web",
+        "home",
     }
     assert "web" in {o["name"] for o in commands["admin"]["options"]}
     assert int(commands["admin"]["default_member_permissions"]) == MANAGE_GUILD
@@ -122,15 +122,6 @@ async def test_login_and_ready_sync_the_slash_commands(bot):
     intents = bot.client.intents
     assert intents.members and intents.message_content and intents.dm_messages
     assert intents.guild_messages and intents.guilds
-
-
-async def test_dm_tenant_is_the_home_server(engine, members):
-    services = Services(engine, members)
-    assert build_discord_client(services, home_guild_id=7).tenant_for(None) == "discord:7"
-    client = build_discord_client(services)
-    assert client.tenant_for(None) == "discord:dm"  # in no server (or in several)
-    assert client.tenant_for(42) == "discord:42"
-    await client.close()
 
 
 # Messages

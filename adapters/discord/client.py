@@ -6,9 +6,11 @@
       on_message        a DM, mention or reply to the bot -> the author's agent
       on_member_join    a welcome by DM, when the community has welcomes on
 
-Tenant = `discord:<guild id>`. DMs belong to the home server: the configured one, else the
-only server the bot is in, else the tenant `discord:dm`. Model output never pings anyone but
-the member being answered (no @everyone, no roles, no users).
+Tenant = `discord:<guild id>`. A member's DMs belong to their DM home (core.members.dm_homes):
+one community, picked at their first DM (the configured home server, else where they talked
+most recently, else the only server) and kept when the bot joins more servers; the member
+moves it with `/memory home`. Model output never pings anyone but the member being answered
+(no @everyone, no roles, no users).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from adapters.text import split_message
 from core.events import EventKind, InboundEvent
 
 log = logging.getLogger(__name__)
+
+
+def tenant_key(guild_id: int) -> str:
+    """The tenant of a Discord server."""
+    return f"discord:{guild_id}"
 
 
 def companion_intents() -> discord.Intents:
@@ -73,15 +80,26 @@ class CompanionClient(discord.Client):
         self.services = services
         self.home_guild_id = home_guild_id
         self.tree = CompanionTree(self)
-        add_commands(self.tree, CommandState(services, self.tenant_for))
+        add_commands(self.tree, CommandState(services, self.tenant_of, self.server_name))
 
-    def tenant_for(self, guild_id: int | None) -> str:
-        """The tenant of a server; a DM (no server) goes to the home server's tenant."""
-        if guild_id is None:
-            guild_id = self.home_guild_id
-        if guild_id is None and len(self.guilds) == 1:
-            guild_id = self.guilds[0].id
-        return f"discord:{guild_id}" if guild_id is not None else "discord:dm"
+    async def tenant_of(self, guild_id: int | None, user_id: int, keep: bool = True) -> str:
+        """The tenant of a server; for a DM (no server), the member's DM home (recorded at
+        their first message; a command only asks where it is or would be)."""
+        if guild_id is not None:
+            return tenant_key(guild_id)
+        user = self.get_user(user_id)
+        shared = [g.id for g in user.mutual_guilds] if user else []
+        served = [tenant_key(g) for g in shared or [g.id for g in self.guilds]]
+        configured = tenant_key(self.home_guild_id) if self.home_guild_id else None
+        return await self.services.members.dm_homes.resolve(
+            "discord", str(user_id), served, configured, keep
+        )
+
+    def server_name(self, tenant: str) -> str:
+        """A tenant as its members know it: the server's name when the bot is in it."""
+        _, _, guild_id = tenant.partition(":")
+        guild = self.get_guild(int(guild_id)) if guild_id.isdigit() else None
+        return guild.name if guild else tenant
 
     async def setup_hook(self) -> None:
         try:
@@ -102,8 +120,8 @@ class CompanionClient(discord.Client):
             return
         if message.type not in CHAT_TYPES or not addressed_to(message, me):
             return
-        tenant = self.tenant_for(guild_id_of(message))
         try:
+            tenant = await self.tenant_of(guild_id_of(message), message.author.id)
             await handle_message(self.services, tenant, message, me)
         except Exception:
             log.exception("message %s in channel %s failed", message.id, message.channel.id)
@@ -115,7 +133,7 @@ class CompanionClient(discord.Client):
     async def on_member_join(self, member: discord.Member) -> None:
         if member.bot:
             return
-        tenant = self.tenant_for(member.guild.id)
+        tenant = tenant_key(member.guild.id)
         if not await self.services.welcome_enabled(tenant):
             return
         engine = self.services.engine

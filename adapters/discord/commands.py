@@ -47,6 +47,14 @@ from core.errors import BadSetting
 log = logging.getLogger(__name__)
 
 NOT_YOURS = "That button belongs to someone else."
+DM_HOME = (
+    "\n\nOur direct messages use what I remember of you in **{server}**. To use another "
+    "server's memory instead, run `/memory home` there."
+)
+HOME_SET = (
+    "Done: our direct messages now use what I remember of you here, in **{server}**. "
+    "The memory of other servers stays where it is."
+)
 CANCELLED = "Cancelled: nothing was erased."
 LAPSED = "No answer, so nothing was erased."
 TOO_BIG = "That memory is too large to send here; ask the operator to run `companion export`."
@@ -69,10 +77,11 @@ class CommandState:
     """What the commands need from the composition root, handed in when they are built."""
 
     services: Services
-    tenant_for: Callable[[int | None], str]  # the tenant of a server (None: a DM)
+    tenant_of: Callable[..., Awaitable[str]]  # (server or None, user, keep=) -> tenant
+    server_name: Callable[[str], str]  # a tenant as its members know it
 
-    def tenant(self, interaction: discord.Interaction) -> str:
-        return self.tenant_for(interaction.guild_id)
+    async def tenant(self, interaction: discord.Interaction) -> str:
+        return await self.tenant_of(interaction.guild_id, interaction.user.id, keep=False)
 
 
 async def _say(interaction: discord.Interaction, text: str, **extra: Any) -> None:
@@ -145,13 +154,21 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
 
     @app_commands.command(description="Show what I remember about you")
     async def show(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         view = await services.members.view(tenant, str(interaction.user.id))
-        await _say(interaction, memory_text(view))
+        where = DM_HOME.format(server=self.state.server_name(tenant))
+        await _say(interaction, memory_text(view) + ("" if interaction.guild_id else where))
+
+    @app_commands.command(description="Use this server's memory of you in our direct messages")
+    @app_commands.guild_only()
+    async def home(self, interaction: discord.Interaction) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        await services.members.dm_homes.choose("discord", str(interaction.user.id), tenant)
+        await _say(interaction, HOME_SET.format(server=self.state.server_name(tenant)))
 
     @app_commands.command(description="Send you everything I remember about you, as a JSON file")
     async def export(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         await interaction.response.defer(ephemeral=True, thinking=True)
         doc = await services.members.export(tenant, str(interaction.user.id))
         if doc is None:
@@ -161,7 +178,7 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
 
     @app_commands.command(description="Erase everything I remember about you, for good")
     async def forget(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         user = str(interaction.user.id)
 
         async def erase(click: discord.Interaction) -> str:
@@ -171,7 +188,7 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
 
     @app_commands.command(description="A private link to see and correct your memory in a browser")
     async def web(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         await _say(interaction, await services.web_link(tenant, str(interaction.user.id)))
 
 
@@ -200,7 +217,7 @@ class AdminCommands(
     @app_commands.command(description="Send yourself a member's whole memory as a JSON file")
     @app_commands.describe(member="Whose memory")
     async def export(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         await interaction.response.defer(ephemeral=True, thinking=True)
         actor = str(interaction.user.id)
         doc = await services.members.admin_export(tenant, actor, str(member.id))
@@ -212,7 +229,7 @@ class AdminCommands(
     @app_commands.command(description="Erase a member's whole memory, for good")
     @app_commands.describe(member="Whose memory")
     async def reset(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         name = member.display_name
 
         async def erase(click: discord.Interaction) -> str:
@@ -227,7 +244,7 @@ class AdminCommands(
     @app_commands.command(description="Whether new members get a welcome by DM")
     @app_commands.describe(enabled="True: new members get a welcome; False: they don't")
     async def welcome(self, interaction: discord.Interaction, enabled: bool) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         await services.members.tenant_settings(
             tenant, actor=str(interaction.user.id), welcome=enabled
         )
@@ -236,7 +253,7 @@ class AdminCommands(
 
     @app_commands.command(description="A private link to members, memory, usage and settings")
     async def web(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, self.state.tenant(interaction)
+        services, tenant = self.state.services, await self.state.tenant(interaction)
         link = await services.web_link(tenant, str(interaction.user.id), admin=True)
         await _say(interaction, link)
 
@@ -247,7 +264,9 @@ def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any
     async def change(interaction: discord.Interaction, **change: Any) -> dict[str, Any] | None:
         user = str(interaction.user.id)
         try:
-            return await state.services.members.settings(state.tenant(interaction), user, **change)
+            return await state.services.members.settings(
+                await state.tenant(interaction), user, **change
+            )
         except BadSetting as error:
             await _say(interaction, f"That didn't work: {error}.")
             return None

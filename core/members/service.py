@@ -28,6 +28,7 @@ from core.directory import ensure_agent, find_agent, reset_agent
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.audit import record
+from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
 from core.memory.search import Page, recall_search
 from core.memory.store import AgentStore, write_block
@@ -96,6 +97,7 @@ class Members:
         self.config = config
         self.clock = clock
         self.embedder = embedder  # imported passages are embedded with it
+        self.dm_homes = DmHomes(sessions, config, clock)  # whose memory DMs use
 
     @asynccontextmanager
     async def _reading(
