@@ -1,9 +1,14 @@
 """Health, readiness and metrics over HTTP, for orchestrators and Prometheus.
 
     GET /healthz   200 while the process serves requests at all
-    GET /readyz    200 when the database answers `SELECT 1` within 2 s and the platforms
-                   have started; otherwise 503 with {"ready": false, "reason": ...}
+    GET /readyz    200 when the database answers `SELECT 1` within 2 s and every configured
+                   platform is connected; otherwise 503 with {"ready": false, "reason": ...};
+                   both carry "platforms": {name: {"state": ..., "detail": ...}}
     GET /metrics   the Prometheus text format (bot.observability.PrometheusMetrics)
+
+A platform's state is `starting`, `connected`, `retrying` (unreachable, or reconnecting:
+it tries again by itself) or `refused` (its credentials or settings were turned down: an
+operator must act). `Health.report` records each change and logs it in one line.
 
 `add_health_routes` puts them on an existing aiohttp app (Slack's HTTP mode server);
 `serving` runs an app on a host and port for as long as the context is open.
@@ -12,9 +17,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -24,13 +30,30 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from bot.observability import PrometheusMetrics
 
 DATABASE_TIMEOUT = 2.0
+log = logging.getLogger("companion.platforms")
+LEVELS = {"connected": logging.INFO, "starting": logging.INFO, "retrying": logging.WARNING}
+
+
+@dataclass(frozen=True)
+class PlatformState:
+    state: str  # starting | connected | retrying | refused
+    detail: str
 
 
 @dataclass
 class Health:
     sessions: async_sessionmaker[AsyncSession]
     metrics: PrometheusMetrics
-    started: bool = False  # set by `companion run` once every platform is up, cleared on stop
+    started: bool = False  # set by `companion run` once it serves, cleared on stop
+    platforms: dict[str, PlatformState] = field(default_factory=dict)
+
+    def report(self, platform: str, state: str, detail: str) -> None:
+        """A platform's new state; each change is one log line (refusals at ERROR)."""
+        new = PlatformState(state, detail)
+        if self.platforms.get(platform) == new:
+            return
+        self.platforms[platform] = new
+        log.log(LEVELS.get(state, logging.ERROR), "%s: %s", platform, detail)
 
     async def problem(self) -> str | None:
         """Why the process is not ready, in a few words; None when it is."""
@@ -42,8 +65,16 @@ class Health:
         except Exception as error:
             return f"the database is unreachable: {type(error).__name__}: {error}"
         if not self.started:
-            return "the platforms are not connected (starting or stopping)"
-        return None
+            return "starting or stopping"
+        waiting = [
+            f"{name} {p.state}: {p.detail}"
+            for name, p in self.platforms.items()
+            if p.state != "connected"
+        ]
+        return "; ".join(waiting) or None
+
+    def states(self) -> dict[str, dict[str, str]]:
+        return {name: {"state": p.state, "detail": p.detail} for name, p in self.platforms.items()}
 
 
 def add_health_routes(app: web.Application, health: Health) -> web.Application:
@@ -52,9 +83,11 @@ def add_health_routes(app: web.Application, health: Health) -> web.Application:
 
     async def readyz(request: web.Request) -> web.Response:
         reason = await health.problem()
+        platforms = health.states()
         if reason:
-            return web.json_response({"ready": False, "reason": reason}, status=503)
-        return web.json_response({"ready": True})
+            body = {"ready": False, "reason": reason, "platforms": platforms}
+            return web.json_response(body, status=503)
+        return web.json_response({"ready": True, "platforms": platforms})
 
     async def metrics(request: web.Request) -> web.Response:
         body = await health.metrics.exposition()
@@ -67,9 +100,12 @@ def add_health_routes(app: web.Application, health: Health) -> web.Application:
 
 
 @asynccontextmanager
-async def serving(app: web.Application, host: str, port: int) -> AsyncIterator[None]:
-    """Serve `app` on host:port; on exit stop listening, then finish requests in flight."""
-    runner = web.AppRunner(app, access_log=None)
+async def serving(
+    app: web.Application, host: str, port: int, grace: float = 60.0
+) -> AsyncIterator[None]:
+    """Serve `app` on host:port; on exit stop listening, then give the requests in flight up
+    to `grace` seconds."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

@@ -118,17 +118,19 @@ class JsonFormatter(logging.Formatter):
 
 
 def log_options(env: Mapping[str, str], command: str) -> tuple[int, bool]:
-    """(level, JSON?) from COMPANION_LOG_LEVEL and COMPANION_LOG_FORMAT; JSON is the
-    default for the servers (`companion run`, `companion web`), text for the commands a
-    person types."""
-    name = env.get("COMPANION_LOG_LEVEL", "").strip().upper() or "WARNING"
+    """(level, JSON?) from COMPANION_LOG_LEVEL and COMPANION_LOG_FORMAT. The servers
+    (`companion run`, `companion web`) default to INFO (what connected, as whom; each
+    change of a platform's state) and JSON; the commands a person types to WARNING and
+    text."""
+    server = command in ("run", "web")
+    name = env.get("COMPANION_LOG_LEVEL", "").strip().upper() or ("INFO" if server else "WARNING")
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
         raise ConfigError(
             f"COMPANION_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {name!r}"
         )
     style = env.get("COMPANION_LOG_FORMAT", "").strip().lower()
-    style = style or ("json" if command in ("run", "web") else "text")
+    style = style or ("json" if server else "text")
     if style not in ("json", "text"):
         raise ConfigError(f"COMPANION_LOG_FORMAT must be json or text, got {style!r}")
     return level, style == "json"

@@ -30,6 +30,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
+from typing import Any
 
 from aiohttp import web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -38,6 +39,7 @@ from adapters.common import Services
 from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, serving
+from bot.platforms import discord_running, slack_running
 from bot.web.serve import http_routes
 from core.runtime.tick import tick
 
@@ -45,73 +47,9 @@ log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
 STORE_GRACE_SECONDS = 10  # requests in flight only store their event: seconds at most
 RESUME_EVERY_SECONDS = 60
+RESUME_AT_ONCE = 4  # agents whose backlog is worked off side by side after a start
 TICK_SECONDS = 60
 REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; then we retry
-
-
-@asynccontextmanager
-async def slack_running(
-    app: App, services: Services, router: Router, health: Health
-) -> AsyncIterator[None]:
-    from adapters.slack import build_slack_app
-    from adapters.slack.events import dm_sender as slack_dm
-    from adapters.slack.events import finish_held
-    from adapters.slack.events import reply_sender as slack_reply
-
-    settings = app.settings
-    assert settings.slack_bot_token
-    slack = build_slack_app(
-        services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
-    )
-    router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
-    work = finish_held(services, slack.client, settings.slack_bot_token)
-    app.engine.activity.start(work, "Slack: messages held for their files")
-    if settings.slack_app_token:
-        from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
-
-        handler = AsyncSocketModeHandler(slack, settings.slack_app_token)
-        await handler.connect_async()
-        log.info("Slack: connected in Socket Mode")
-        try:
-            yield
-        finally:
-            await handler.close_async()
-        return
-    web_app = http_routes(slack.web_app(path="/slack/events"), app, health)
-    runner = web.AppRunner(web_app, access_log=None, shutdown_timeout=STORE_GRACE_SECONDS)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.http_host, settings.http_port)
-    await site.start()
-    log.info("Slack: HTTP mode on %s:%s/slack/events", settings.http_host, settings.http_port)
-    try:
-        yield
-    finally:
-        await site.stop()  # stop taking requests; the runner lets the ones in flight store
-        await runner.cleanup()
-
-
-@asynccontextmanager
-async def discord_running(app: App, services: Services, router: Router) -> AsyncIterator[None]:
-    from adapters.discord import build_discord_client, run_discord
-    from adapters.discord.deliver import dm_sender as discord_dm
-    from adapters.discord.deliver import reply_sender as discord_reply
-
-    settings = app.settings
-    assert settings.discord_token
-    client = build_discord_client(
-        services,
-        home_guild_id=settings.discord_home_guild,
-        api_url=settings.discord_api_url,
-        gateway_url=settings.discord_gateway_url,
-    )
-    router.add("discord", discord_dm(client), discord_reply(client))
-    task = asyncio.create_task(run_discord(client, settings.discord_token))
-    try:
-        yield
-    finally:
-        await client.close()
-        with suppress(asyncio.CancelledError):
-            await task
 
 
 @asynccontextmanager
@@ -178,27 +116,35 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     )
     router = Router()
     health = Health(app.sessions, app.metrics)
+    host, port = settings.http_host, settings.http_port
+
+    def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes
+        routes = http_routes(bolt.web_app(path="/slack/events"), app, health)
+        return serving(routes, host, port, grace=STORE_GRACE_SECONDS)
+
     slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await outlets.enter_async_context(discord_running(app, services, router))
+            await outlets.enter_async_context(discord_running(app, services, router, health))
         async with AsyncExitStack() as inlets:
             if not slack_http:  # otherwise the routes go on Slack's server
                 web_app = http_routes(web.Application(), app, health)
-                await inlets.enter_async_context(
-                    serving(web_app, settings.http_host, settings.http_port)
-                )
+                await inlets.enter_async_context(serving(web_app, host, port))
             if settings.slack_bot_token:
-                await inlets.enter_async_context(slack_running(app, services, router, health))
+                await inlets.enter_async_context(
+                    slack_running(app, services, router, health, serve_slack)
+                )
             app.engine.activity.start(recover(app, router), "recovery after start")
             await inlets.enter_async_context(scheduler_running(app, router))
             health.started = True
+            log.info("serving on %s:%s (health, metrics, inspector)", host, port)
             await stop.wait()
             health.started = False
             log.info("stopping: no new events; up to %ss for turns in flight", GRACE_SECONDS)
             deadline = loop.time() + GRACE_SECONDS
         await finish_in_flight(app, deadline)
+    log.info("stopped")
     return 0
 
 
@@ -215,8 +161,9 @@ async def finish_in_flight(app: App, deadline: float) -> None:
 
 
 async def recover(app: App, router: Router) -> None:
-    """What an earlier process left: its pending events, then every reply not yet sent."""
-    resumed = await app.engine.resume()
+    """What an earlier process left: its pending events (RESUME_AT_ONCE agents at a time,
+    beside the new events), then every reply not yet sent."""
+    resumed = await app.engine.resume(at_once=RESUME_AT_ONCE)
     done, failing = await app.engine.outbox.redeliver(timedelta(0), router)
     if resumed or done or failing:
         log.info(

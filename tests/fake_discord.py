@@ -59,6 +59,7 @@ class FakeDiscord:
         self.channels: dict[int, dict[str, Any]] = {}  # channel id -> its payload
         self.on_call: Callable[[Call], Awaitable[None]] | None = None
         self.typing_status = 204
+        self.token_refused = False  # True: every call answers 401, as for a reset token
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.root = ""
@@ -130,6 +131,8 @@ class FakeDiscord:
 
     def _answer(self, call: Call) -> web.StreamResponse:
         method, path, body = call.method, call.path, call.body or {}
+        if self.token_refused:
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         if path.startswith("/attachments/"):
             data = self.files.get(path.removeprefix("/attachments/"))
             return web.Response(body=data) if data is not None else _error(404, 10003)

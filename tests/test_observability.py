@@ -189,12 +189,23 @@ async def get(health: Health, path: str) -> tuple[int, str]:
 
 async def test_healthz_and_readyz_follow_the_database_and_the_platforms(sessions):
     health = Health(sessions, PrometheusMetrics(sessions), started=True)
+    health.report("Slack", "connected", "connected as @companion")
     assert (await get(health, "/healthz"))[0] == 200
-    assert (await get(health, "/readyz")) == (200, '{"ready": true}')
+    status, body = await get(health, "/readyz")
+    assert status == 200 and json.loads(body)["platforms"]["Slack"]["state"] == "connected"
+
+    health.report("Discord", "retrying", "cannot reach Discord (OSError)")
+    status, body = await get(health, "/readyz")
+    assert status == 503 and json.loads(body)["reason"] == (
+        "Discord retrying: cannot reach Discord (OSError)"
+    )
+    health.report("Discord", "refused", "DISCORD_TOKEN was refused")
+    assert "Discord refused" in json.loads((await get(health, "/readyz"))[1])["reason"]
+    health.report("Discord", "connected", "connected as Companion#1")
 
     health.started = False
     status, body = await get(health, "/readyz")
-    assert status == 503 and "platforms" in json.loads(body)["reason"]
+    assert status == 503 and json.loads(body)["reason"] == "starting or stopping"
 
     closed = make_engine(f"postgresql://companion:pw@127.0.0.1:{free_port()}/companion")
     try:
@@ -382,7 +393,7 @@ async def test_run_serves_health_and_metrics_next_to_slack_and_logs_json(fake, p
 
 
 def test_log_options_json_for_run_text_for_people():
-    assert log_options({}, "run") == (logging.WARNING, True)
+    assert log_options({}, "run") == (logging.INFO, True)  # a server says what connected
     assert log_options({}, "chat") == (logging.WARNING, False)
     assert log_options({"COMPANION_LOG_FORMAT": "text", "COMPANION_LOG_LEVEL": "info"}, "run") == (
         logging.INFO,

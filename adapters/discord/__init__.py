@@ -15,7 +15,7 @@ import discord
 import yarl
 
 from adapters.common import Services
-from adapters.discord.client import CompanionClient
+from adapters.discord.client import CompanionClient, Status
 
 __all__ = ["CompanionClient", "build_discord_client", "run_discord", "use_discord_hosts"]
 
@@ -37,10 +37,12 @@ def build_discord_client(
     home_guild_id: int | None = None,
     api_url: str | None = None,
     gateway_url: str | None = None,
+    on_status: Status | None = None,
 ) -> discord.Client:
-    """The client; DMs go to `home_guild_id`'s tenant (default: the only server it is in)."""
+    """The client; `home_guild_id` is the default DM home (see client.py); `on_status` hears
+    (state, detail) as the gateway connects, drops and resumes."""
     use_discord_hosts(api_url, gateway_url)
-    return CompanionClient(services, home_guild_id=home_guild_id)
+    return CompanionClient(services, home_guild_id=home_guild_id, on_status=on_status)
 
 
 async def run_discord(client: discord.Client, token: str) -> None:

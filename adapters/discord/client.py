@@ -16,6 +16,7 @@ moves it with `/memory home`. Model output never pings anyone but the member bei
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import discord
 
@@ -68,8 +69,25 @@ class DirectMessages:
                 log.info("member %s of guild %s takes no DMs", self.member.id, self.member.guild.id)
 
 
+Status = Callable[[str, str], None]  # (state, detail): see bot.health
+PERMISSIONS = 274878008320  # what the bot needs in a server (deploy/discord-setup.md)
+
+
+def invite_url(application_id: int) -> str:
+    return discord.utils.oauth_url(
+        application_id,
+        permissions=discord.Permissions(PERMISSIONS),
+        scopes=("bot", "applications.commands"),
+    )
+
+
 class CompanionClient(discord.Client):
-    def __init__(self, services: Services, home_guild_id: int | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        home_guild_id: int | None = None,
+        on_status: Status | None = None,
+    ) -> None:
         super().__init__(
             intents=companion_intents(),
             allowed_mentions=discord.AllowedMentions(
@@ -79,6 +97,7 @@ class CompanionClient(discord.Client):
         )
         self.services = services
         self.home_guild_id = home_guild_id
+        self.on_status = on_status or (lambda state, detail: None)
         self.tree = CompanionTree(self)
         add_commands(self.tree, CommandState(services, self.tenant_of, self.server_name))
 
@@ -110,9 +129,21 @@ class CompanionClient(discord.Client):
         log.info("synced %d slash commands", len(commands))
 
     async def on_ready(self) -> None:
-        log.info("connected to Discord as %s in %d servers", self.user, len(self.guilds))
+        me, servers = self.user, len(self.guilds)
+        invite = invite_url(self.application_id) if self.application_id else "unknown"
+        self.on_status(
+            "connected",
+            f"connected as {me} (id {me.id if me else '?'}) in {servers} servers; "
+            f"invite it to a server with {invite}",
+        )
         engine = self.services.engine
         engine.activity.start(catch_up(self, engine), "Discord catch-up")
+
+    async def on_disconnect(self) -> None:
+        self.on_status("retrying", "the gateway connection dropped; reconnecting")
+
+    async def on_resumed(self) -> None:
+        self.on_status("connected", f"reconnected as {self.user} (session resumed)")
 
     async def on_message(self, message: discord.Message) -> None:
         me = self.user

@@ -355,8 +355,9 @@ class Engine:
                 count += 1
             return count
 
-    async def resume(self) -> int:
-        """Drain every agent that has pending events (after a crash or restart)."""
+    async def resume(self, at_once: int = 1) -> int:
+        """Drain every agent that has pending events (after a crash or restart), `at_once`
+        agents side by side; returns how many agents had some."""
         await self.release_stale()
         async with self.sessions() as session:
             rows = await session.execute(
@@ -365,9 +366,14 @@ class Engine:
                 .distinct()
             )
             scopes = [Scope(t, a) for t, a in rows.all()]
-        for scope in scopes:
-            try:
-                await self.drain(scope)
-            except CompanionError:
-                log.exception("could not resume agent %s", scope.agent_id)
+        slots = asyncio.Semaphore(max(1, at_once))
+
+        async def resume_one(scope: Scope) -> None:
+            async with slots:
+                try:
+                    await self.drain(scope)
+                except CompanionError:
+                    log.exception("could not resume agent %s", scope.agent_id)
+
+        await asyncio.gather(*(resume_one(scope) for scope in scopes))
         return len(scopes)

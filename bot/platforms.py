@@ -1,0 +1,288 @@
+"""The platforms `companion run` serves, each entered as a context manager.
+
+    slack_running     Bolt app: Socket Mode (SLACK_APP_TOKEN) or HTTP mode on the shared server
+    discord_running   discord.py client over the gateway
+
+Credentials are checked first, once: a refused token stops the start with one line that
+says what to fix (exit status 2). A platform that cannot be reached is not fatal: the rest
+of the process serves (health, the other platform), the platform is `retrying` in /readyz
+and tries again with backoff, and SIGTERM stops it at any point. Every change of state is
+one log line (bot.health.Health.report), the first one naming who the bot is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import aiohttp
+
+from adapters.common import Services
+from bot.app import App
+from bot.delivery import Router
+from bot.health import Health
+from core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+FIRST_TRY_SECONDS = 15  # the check at start; after it, retries go on in the background
+RETRY_SECONDS = (2, 5, 10, 30, 60)
+UNREACHABLE = (aiohttp.ClientError, OSError, TimeoutError)
+
+
+def _why(error: BaseException) -> str:
+    words = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {words[0] if words else 'no details'}"
+
+
+async def _retrying(
+    attempt: Callable[[], Awaitable[Any]],
+    report: Callable[[str, str], None],
+    what: str,
+    transient: tuple[type[BaseException], ...],
+) -> Any:
+    """Call `attempt` until it works, reporting each failure; cancelled by SIGTERM."""
+    tries = 0
+    while True:
+        try:
+            async with asyncio.timeout(FIRST_TRY_SECONDS * 2):
+                return await attempt()
+        except transient as error:
+            delay = RETRY_SECONDS[min(tries, len(RETRY_SECONDS) - 1)]
+            report("retrying", f"cannot reach {what} ({_why(error)}); trying again in {delay} s")
+            tries += 1
+            await asyncio.sleep(delay)
+
+
+def _watch(task: asyncio.Task[Any], report: Callable[[str, str], None], name: str) -> None:
+    """A background connection that ended by itself is a refusal the operator must see."""
+
+    def done(task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, ConfigError):
+            report("refused", str(error))
+        elif error is not None:
+            report("refused", f"{name} stopped: {_why(error)}")
+
+    task.add_done_callback(done)
+
+
+async def _connect(
+    attempt: Callable[[], Awaitable[str]],
+    report: Callable[[str, str], None],
+    what: str,
+    transient: tuple[type[BaseException], ...],
+) -> asyncio.Task[Any] | None:
+    """Try once now: a refusal (ConfigError) stops the start. Unreachable: keep trying in
+    the background (the task returned), the process serving meanwhile."""
+    try:
+        async with asyncio.timeout(FIRST_TRY_SECONDS):
+            report("connected", await attempt())
+        return None
+    except transient as error:
+        report("retrying", f"cannot reach {what} ({_why(error)}); trying again")
+
+    async def again() -> None:
+        report("connected", await _retrying(attempt, report, what, transient))
+
+    task = asyncio.create_task(again())
+    _watch(task, report, what)
+    return task
+
+
+async def _stop(task: asyncio.Task[Any] | None) -> None:
+    if task is None:
+        return
+    task.cancel()
+    with suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+# --- Slack -----------------------------------------------------------------------------------
+
+
+async def _slack_identity(client: Any, where: str) -> str:
+    """Who the bot is in which workspace (auth.test); a refused token is a ConfigError."""
+    from slack_sdk.errors import SlackApiError
+
+    try:
+        answer = await client.auth_test()
+    except SlackApiError as error:
+        raise ConfigError(
+            f"Slack: SLACK_BOT_TOKEN was refused ({error.response.get('error')}); copy the Bot "
+            "User OAuth Token (xoxb-…) from your app's OAuth & Permissions page"
+        ) from None
+    return (
+        f"connected as @{answer.get('user')} ({answer.get('user_id')}) in workspace "
+        f"{answer.get('team')} ({answer.get('team_id')}), {where}"
+    )
+
+
+@asynccontextmanager
+async def slack_running(
+    app: App,
+    services: Services,
+    router: Router,
+    health: Health,
+    serve_http: Callable[[Any], Any],
+) -> AsyncIterator[None]:
+    """Slack, until the block ends. `serve_http(bolt_app)` serves HTTP mode's events."""
+    from adapters.slack import build_slack_app
+    from adapters.slack.events import dm_sender as slack_dm
+    from adapters.slack.events import finish_held
+    from adapters.slack.events import reply_sender as slack_reply
+
+    settings = app.settings
+    assert settings.slack_bot_token
+    slack = build_slack_app(
+        services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
+    )
+    router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
+
+    def report(state: str, detail: str) -> None:
+        health.report("Slack", state, detail)
+
+    api = settings.slack_api_url or "https://slack.com/api/"
+    work = finish_held(services, slack.client, settings.slack_bot_token)
+    app.engine.activity.start(work, "Slack: messages held for their files")
+    if settings.slack_app_token:
+        report("starting", f"connecting to {api} in Socket Mode")
+        async with _socket_mode(slack, settings.slack_app_token, report):
+            yield
+        return
+    where = f"HTTP mode, events at http://{settings.http_host}:{settings.http_port}/slack/events"
+    report("starting", f"checking SLACK_BOT_TOKEN at {api}")
+
+    async def identity() -> str:
+        return await _slack_identity(slack.client, where)
+
+    task = await _connect(identity, report, f"Slack at {api}", UNREACHABLE)
+    try:
+        async with serve_http(slack):
+            yield
+    finally:
+        await _stop(task)
+
+
+@asynccontextmanager
+async def _socket_mode(
+    slack: Any, app_token: str, report: Callable[[str, str], None]
+) -> AsyncIterator[None]:
+    from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+    from slack_sdk.errors import SlackApiError
+
+    handler = AsyncSocketModeHandler(slack, app_token)
+
+    async def connect() -> str:
+        who = await _slack_identity(slack.client, "Socket Mode")
+        try:
+            await handler.connect_async()
+        except SlackApiError as error:
+            raise ConfigError(
+                f"Slack: SLACK_APP_TOKEN was refused ({error.response.get('error')}); create an "
+                "app-level token with connections:write on your app's Basic Information page"
+            ) from None
+        return who
+
+    async def watch() -> None:  # the Socket Mode client reconnects by itself: say when away
+        while True:
+            await asyncio.sleep(5)
+            if handler.client.is_connected():
+                report("connected", await _slack_identity(slack.client, "Socket Mode"))
+            else:
+                report("retrying", "the Socket Mode connection dropped; reconnecting")
+
+    task = await _connect(connect, report, "Slack", UNREACHABLE)
+    watching = asyncio.create_task(watch())
+    try:
+        yield
+    finally:
+        await _stop(watching)
+        await _stop(task)
+        with suppress(Exception):
+            async with asyncio.timeout(5):
+                await handler.close_async()
+
+
+# --- Discord ---------------------------------------------------------------------------------
+
+DISCORD_REFUSED = (
+    "Discord: DISCORD_TOKEN was refused (HTTP 401); reset the token under Bot in the Discord "
+    "Developer Portal and set the new one"
+)
+INTENTS_REFUSED = (
+    "Discord: the gateway refused the bot's intents; turn on Message Content Intent and "
+    "Server Members Intent under Bot in the Discord Developer Portal"
+)
+
+
+@asynccontextmanager
+async def discord_running(
+    app: App, services: Services, router: Router, health: Health
+) -> AsyncIterator[None]:
+    import discord
+
+    from adapters.discord import build_discord_client
+    from adapters.discord.deliver import dm_sender as discord_dm
+    from adapters.discord.deliver import reply_sender as discord_reply
+
+    settings = app.settings
+    token = settings.discord_token
+    assert token
+
+    def report(state: str, detail: str) -> None:
+        health.report("Discord", state, detail)
+
+    client = build_discord_client(
+        services,
+        home_guild_id=settings.discord_home_guild,
+        api_url=settings.discord_api_url,
+        gateway_url=settings.discord_gateway_url,
+        on_status=report,
+    )
+    router.add("discord", discord_dm(client), discord_reply(client))
+    where = f"Discord at {discord.http.Route.BASE}"
+    transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)
+
+    async def login() -> None:
+        try:
+            await client.login(token)
+        except discord.LoginFailure:
+            raise ConfigError(DISCORD_REFUSED) from None
+
+    async def gateway() -> None:
+        report("starting", "signed in; connecting to the gateway")
+        try:
+            await client.connect(reconnect=True)  # reports `connected` from on_ready
+        except discord.PrivilegedIntentsRequired:
+            raise ConfigError(INTENTS_REFUSED) from None
+        except discord.LoginFailure:
+            raise ConfigError(DISCORD_REFUSED) from None
+
+    async def serve(first: asyncio.Task[Any] | None) -> None:
+        if first is not None:
+            await first  # still signing in: retrying in the background
+        await gateway()
+
+    async def signed_in() -> str:
+        await login()
+        return "signed in"
+
+    report("starting", f"signing in to {where}")
+    try:
+        first = await _connect(signed_in, report, where, transient)
+    except BaseException:
+        await client.close()  # its HTTP session, before the start stops
+        raise
+    task = asyncio.create_task(serve(first))
+    _watch(task, report, "Discord")
+    try:
+        yield
+    finally:
+        await client.close()
+        await _stop(task)
+        await _stop(first)
