@@ -1,0 +1,64 @@
+"""`companion doctor`: check what a deployment needs and say plainly what is wrong.
+
+    settings   the environment parses
+    database   reachable (embedded or DATABASE_URL), migrations at head
+    pgvector   the extension's version, the embedding dimension recorded in `meta`
+    row-level security   a member's transaction, probed as Companion serves the database:
+               the policies bind it, also after a `RESET ROLE`
+    model      a one-token chat completion; the embedding model and its dimension, when set
+    Slack      auth.test with SLACK_BOT_TOKEN; the Socket Mode token or HTTP-mode secret
+    Discord    GET /users/@me with DISCORD_TOKEN; the privileged intents the bot needs
+
+Each check prints one line, `ok  …`, `warn …` (works, but weaker than it should be) or
+`FAIL …`, with what to do about it. Nothing is changed anywhere (no migrations, no
+messages; probes roll back). Exit status 0 when no check fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TextIO
+
+from bot.doctor.database import check_database
+from bot.doctor.model import check_model
+from bot.doctor.platforms import check_platforms
+from bot.doctor.results import Result, fail, ok
+from bot.doctor.results import why as _why
+from bot.observability import log_options
+from bot.settings import Settings
+from core.errors import CompanionError
+
+__all__ = ["run_doctor"]
+
+CHECKS: list[Callable[[Settings], Awaitable[list[Result]]]] = [
+    check_database,
+    check_model,
+    check_platforms,
+]
+
+
+def check_settings(env: Mapping[str, str]) -> tuple[Settings | None, Result]:
+    try:
+        settings = Settings.from_env(env)
+        log_options(env, "run")
+    except CompanionError as error:
+        return None, fail(f"settings: {error}")
+    return settings, ok("settings: the environment parses")
+
+
+async def run_doctor(env: Mapping[str, str], out: TextIO) -> int:
+    """Print one line per check; 0 when all pass, 1 otherwise."""
+    settings, result = check_settings(env)
+    print(result.line(), file=out, flush=True)
+    if settings is None:
+        return 1
+    results = [result]
+    for check in CHECKS:
+        try:
+            found = await check(settings)
+        except Exception as error:  # a check that broke is a finding too, never a traceback
+            found = [fail(f"{check.__name__.removeprefix('check_')}: {_why(error)}")]
+        for result in found:
+            print(result.line(), file=out, flush=True)
+        results += found
+    return 0 if all(r.ok for r in results) else 1

@@ -1,0 +1,189 @@
+"""The database checks: reachable, migrated, pgvector, the embedding size, the wall."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from bot.database import (
+    ADMIN_SQL,
+    APP_ROLE,
+    MANAGED,
+    MIGRATIONS,
+    as_role,
+    asyncpg_url,
+    database_server,
+    make_engine,
+)
+from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
+from bot.doctor.results import why as _why
+from bot.settings import Settings
+from core.errors import CompanionError
+
+
+def _migrations(connection: Connection) -> tuple[set[str], set[str], set[str]]:
+    """(revisions the database is at, the newest revisions in migrations/, all of them)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    scripts = ScriptDirectory.from_config(config)
+    newest = set(scripts.get_heads())
+    known = {script.revision for script in scripts.walk_revisions()}
+    return set(MigrationContext.configure(connection).get_current_heads()), newest, known
+
+
+async def _missing_vector(connection: AsyncConnection) -> str:
+    """Why pgvector is not in this database, and who can fix it."""
+    available, creatable, database = (
+        await connection.execute(
+            text(
+                "SELECT count(v.name) > 0, bool_or(r.rolsuper OR (v.trusted AND "
+                "has_database_privilege(current_database(), 'CREATE'))), current_database() "
+                "FROM pg_roles r LEFT JOIN pg_available_extension_versions v "
+                "ON v.name = 'vector' WHERE r.rolname = current_user"
+            )
+        )
+    ).one()
+    if not available:
+        return (
+            "pgvector: not installed on this PostgreSQL server; install pgvector "
+            "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
+            "the embedded database"
+        )
+    if creatable:
+        return "pgvector: available but not created yet; `companion run` creates it on start"
+    return (
+        f"pgvector: not created in database {database}, and this user may not create it; an "
+        f"admin runs once, connected to {database}: {ADMIN_SQL} ({MANAGED})"
+    )
+
+
+async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
+    results = []
+    current, newest, known = await connection.run_sync(_migrations)
+    if current == newest:
+        results.append(ok(f"database migrations: at the newest revision ({', '.join(newest)})"))
+    elif not current:
+        results.append(
+            ok(
+                "database migrations: a fresh database; the first companion command creates "
+                "the tables"
+            )
+        )
+    elif current <= known:
+        at, head = ", ".join(sorted(current)), ", ".join(sorted(newest))
+        results.append(
+            ok(f"database migrations: at {at}; the next companion command migrates it to {head}")
+        )
+    else:
+        results.append(
+            fail(
+                f"database migrations: the database is at {', '.join(sorted(current - known))}, "
+                "a revision this version of Companion does not know: it was migrated by a newer "
+                "version; run that version (or restore a backup taken before it)"
+            )
+        )
+    version = await connection.scalar(
+        text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    )
+    if version is None:
+        results.append(fail(await _missing_vector(connection)))
+        return results
+    held = None
+    if await connection.scalar(text("SELECT to_regclass('meta') IS NOT NULL")):
+        held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
+    if held is None or int(held) == settings.embedding_dim:
+        results.append(ok(f"pgvector {version}; embeddings of {settings.embedding_dim} dimensions"))
+    else:
+        results.append(
+            fail(
+                f"pgvector {version}; the database holds {held}-dimension embeddings but "
+                f"COMPANION_EMBEDDING_DIM is {settings.embedding_dim}: set it back to {held}, "
+                f"or run `companion reembed --dim {settings.embedding_dim}`"
+            )
+        )
+    return results
+
+
+async def _wall(connection: AsyncConnection) -> Result:
+    """Probe a member's transaction (rolled back): do the policies bind it, also after the
+    transaction resets its role?"""
+    who = await connection.scalar(text("SELECT current_user"))
+    if await connection.scalar(text("SELECT to_regproc('companion_enter') IS NULL")):
+        return ok("row-level security: set up with the tables by the first companion command")
+    try:
+        await connection.execute(text("SELECT companion_enter(0, 0)"))  # no such member
+        bound = await connection.scalar(text("SELECT row_security_active('messages')"))
+        await connection.execute(text("RESET ROLE"))
+        held = await connection.scalar(text("SELECT row_security_active('messages')"))
+    except Exception as error:
+        return fail(f"row-level security: a member's transaction fails as {who}: {_why(error)}")
+    finally:
+        await connection.rollback()
+    if bound and held:
+        return ok(f"row-level security: on; the policies bind {who}, an ordinary role")
+    fix = f"connect as an ordinary role that owns the tables ({MANAGED})"
+    if bound:
+        return warn(
+            f"row-level security: {who} is a superuser or BYPASSRLS and passes every policy "
+            "by; only the switch to companion_member walls a member's transaction in, and a "
+            f"transaction that resets its role sees every member: {fix}"
+        )
+    return warn(
+        f"row-level security: off: {who} is a superuser or BYPASSRLS, and the role "
+        f"companion_member is missing or not granted to it: {fix}"
+    )
+
+
+async def check_wall(url: str, schema: str | None) -> list[Result]:
+    engine = make_engine(url, schema, pool_size=1)
+    try:
+        async with engine.connect() as connection:
+            return [await _wall(connection)]
+    finally:
+        await engine.dispose()
+
+
+def _where(settings: Settings) -> str:
+    if not settings.database_url:
+        return f"the embedded database in {settings.data_dir}"
+    try:
+        url = make_url(asyncpg_url(settings.database_url))
+    except CompanionError:
+        return "DATABASE_URL"
+    host = url.host or url.query.get("host") or "localhost"  # or a Unix socket directory
+    return f"{host}:{url.port or 5432}/{url.database or ''}"
+
+
+async def check_database(settings: Settings) -> list[Result]:
+    where = _where(settings)
+    fix = (
+        "is the server running, and are the host, user and password in DATABASE_URL right?"
+        if settings.database_url
+        else "is COMPANION_DATA_DIR writable?"
+    )
+    try:
+        async with asyncio.timeout(TIMEOUT * 2):  # the embedded server may have to start
+            async with database_server(settings.database_url, settings.data_dir) as url:
+                engine = make_engine(url, settings.db_schema, pool_size=1)
+                try:
+                    async with engine.connect() as connection:
+                        server = await connection.scalar(text("SHOW server_version"))
+                        results = [ok(f"database: PostgreSQL {server} at {where}")]
+                        results += await _schema_checks(connection, settings)
+                finally:
+                    await engine.dispose()
+                if not all(r.ok for r in results):
+                    return results  # the wall is probed on a migrated database only
+                # The embedded database is served as its ordinary role, not its superuser.
+                served = url if settings.database_url else as_role(url, APP_ROLE)
+                return results + await check_wall(served, settings.db_schema)
+    except TimeoutError:
+        return [fail(f"database: {where} did not answer within {TIMEOUT * 2:g} s; {fix}")]
+    except Exception as error:
+        return [fail(f"database: cannot use {where} ({_why(error)}); {fix}")]

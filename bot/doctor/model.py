@@ -1,0 +1,72 @@
+"""The model checks: a one-token completion; the embedding model and its size."""
+
+from __future__ import annotations
+
+import openai
+
+from bot.doctor.results import TIMEOUT, Result, fail, ok
+from bot.doctor.results import why as _why
+from bot.observability import redact
+from bot.settings import Settings
+from core.errors import CompanionError
+
+OPENAI_URL = "https://api.openai.com/v1"
+
+
+def _model_problem(error: Exception, where: str, model: str, what: str) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return f"{what}: {where} did not answer within {TIMEOUT:g} s; is the server up?"
+    if isinstance(error, openai.APIConnectionError):
+        return (
+            f"{what}: cannot connect to {where}; is the server running and OPENAI_BASE_URL right?"
+        )
+    if isinstance(error, openai.AuthenticationError | openai.PermissionDeniedError):
+        return f"{what}: {where} refused OPENAI_API_KEY (HTTP {error.status_code}); set a valid key"
+    if isinstance(error, openai.NotFoundError):
+        return (
+            f"{what}: {where} has no model {model!r} (HTTP 404); check the model name, and "
+            "that OPENAI_BASE_URL ends where the API starts (often /v1)"
+        )
+    if isinstance(error, openai.APIStatusError):
+        return f"{what}: {where} answered HTTP {error.status_code}: {redact(error.message[:200])}"
+    return f"{what}: {where} gave an answer that is not OpenAI-compatible ({_why(error)})"
+
+
+async def check_model(settings: Settings) -> list[Result]:
+    try:
+        settings.require_model()
+    except CompanionError as error:
+        return [fail(f"model: {error}")]
+    model, where = settings.model or "", settings.openai_base_url or OPENAI_URL
+    client = openai.AsyncOpenAI(
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "not-needed",
+        timeout=min(settings.model_timeout, TIMEOUT),
+        max_retries=0,
+    )
+    async with client:
+        try:
+            await client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Say ok."}], max_tokens=1
+            )
+            results = [ok(f"model: {model} answers at {where}")]
+        except Exception as error:
+            results = [fail(_model_problem(error, where, model, "model"))]
+        if settings.embedding_model:
+            results.append(await _check_embeddings(client, settings, where))
+    return results
+
+
+async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:
+    model, dim = settings.embedding_model or "", settings.embedding_dim
+    try:
+        response = await client.embeddings.create(model=model, input=["ok"])
+        size = len(response.data[0].embedding)
+    except Exception as error:
+        return fail(_model_problem(error, where, model, "embedding model"))
+    if size != dim:
+        return fail(
+            f"embedding model: {model} returns {size} dimensions but COMPANION_EMBEDDING_DIM is "
+            f"{dim}; set COMPANION_EMBEDDING_DIM={size} and run `companion reembed --dim {size}`"
+        )
+    return ok(f"embedding model: {model} returns {size} dimensions")
