@@ -48,6 +48,32 @@ async def test_mention_in_channel_is_answered_in_its_thread(slack, fake):
     assert reply["text"] == "You said: how are you?"
 
 
+async def test_follow_up_in_the_thread_of_a_mention_needs_no_new_mention(slack, fake):
+    called = slack_envelope(
+        {
+            "type": "app_mention",
+            "channel": "C9",
+            "user": "U1",
+            "ts": "1700000005.000100",
+            "text": f"<@{BOT_USER}> the plants need care",
+        }
+    )
+    await slack.dispatch(called)
+
+    def reply(user: str, text: str, thread: str = "1700000005.000100", parent: str = "U1"):
+        extra = {"thread_ts": thread, "parent_user_id": parent}
+        return slack_message(user=user, text=text, channel="C9", channel_type="channel", **extra)
+
+    await slack.dispatch(reply("U1", "and water them on Sunday"))
+    await slack.dispatch(reply("U2", "what plants?"))  # someone else in the member's thread
+    await slack.dispatch(reply("U1", "my own thread", thread="1700000009.000100"))
+    answers = [(r["text"], r.get("thread_ts")) for r in slack.posted()]
+    assert answers == [
+        ("You said: the plants need care", "1700000005.000100"),
+        ("You said: and water them on Sunday", "1700000005.000100"),
+    ]
+
+
 async def test_channel_chatter_without_mention_is_ignored(slack, fake):
     await slack.dispatch(slack_message(text="just chatting", channel="C9", channel_type="channel"))
     assert slack.posted() == [] and fake.requests == []

@@ -143,8 +143,12 @@ class SlackMessage:
         return {"channel": self.channel, "thread_ts": self.thread_ts, "slack_files": self.refs}
 
     def event(self) -> InboundEvent:
-        key = f"slack:msg:{self.channel}:{self.ts}"
-        return message_event(self.words, key, self.meta, self.files)
+        return message_event(self.words, message_key(self.channel, self.ts), self.meta, self.files)
+
+
+def message_key(channel: str, ts: str) -> str:
+    """The dedup key of a Slack message: Slack's own id for it."""
+    return f"slack:msg:{channel}:{ts}"
 
 
 def shared_files(refs: list[dict[str, Any]], where: dict[str, Any], token: str) -> list[SharedFile]:
@@ -226,6 +230,19 @@ async def finish_held(services: Services, client: AsyncWebClient, token: str) ->
             )
 
 
+async def in_its_thread(services: Services, event: dict[str, Any], bot: str) -> bool:
+    """A reply without a mention (a mention comes as app_mention) in a thread the bot answers
+    in: under the bot's own post, or under the member's own message that called it, whose
+    answer went into that message's thread. Others' replies there are not the member's."""
+    thread, parent = event.get("thread_ts"), event.get("parent_user_id")
+    if not thread or f"<@{bot}>" in (event.get("text") or ""):
+        return False
+    if parent == bot:
+        return True
+    called = message_key(event["channel"], thread)
+    return parent == event["user"] and await services.engine.seen.stored(called)
+
+
 def register_events(app: AsyncApp, services: Services, token: str) -> None:
     async def bot_user_id(context: Any) -> str:
         return str(context.get("bot_user_id") or "")
@@ -237,10 +254,7 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
         if event.get("bot_id") or event.get("subtype") in IGNORED_SUBTYPES or not event.get("user"):
             return
         bot = await bot_user_id(context)
-        in_dm = event.get("channel_type") == "im"
-        if in_dm or (
-            event.get("parent_user_id") == bot and f"<@{bot}>" not in (event.get("text") or "")
-        ):  # a DM, or a reply in the bot's thread (a mention there comes as app_mention)
+        if event.get("channel_type") == "im" or await in_its_thread(services, event, bot):
             await handle_message(services, client, body, read_message(body, event, token, bot))
 
     @app.event("app_mention")

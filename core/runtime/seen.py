@@ -6,6 +6,8 @@ say where to start reading and which of the messages read back are already store
 
     newest_per_channel(prefix, since)  per channel named in stored events' meta
                                        (`channel_id`, `message_id`): the newest message id
+    stored(key)                        whether a message with this dedup key was taken (in any
+                                       state): Slack asks it of a thread's first message
     settled(keys)                      which of these dedup keys are stored already, not
                                        held for their files (a held one is worth reading again)
     held(prefix)                       messages still held for their files: after a restart,
@@ -50,6 +52,11 @@ class Seen:
                 .group_by(channel)
             )
             return {str(c): int(m) for c, m in rows.all()}
+
+    async def stored(self, key: str) -> bool:
+        async with self.sessions() as session:
+            found = await session.scalar(select(Event.id).where(Event.dedup_key == key).limit(1))
+            return found is not None
 
     async def settled(self, keys: Collection[str]) -> set[str]:
         if not keys:
