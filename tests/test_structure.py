@@ -1,0 +1,109 @@
+"""The shape ARCHITECTURE.md promises: layers point inward, no import circles, small modules.
+
+Read from the source with `ast` (module-level imports; those under `TYPE_CHECKING` are for
+the type checker only and do not run)."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "adapters", "bot")
+PLATFORM_LIBRARIES = ("discord", "slack_bolt", "slack_sdk", "aiohttp")
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imported(path: Path) -> set[str]:
+    """Names of every module the file imports when it runs."""
+    names: set[str] = set()
+    for statement in ast.parse(path.read_text()).body:
+        if isinstance(statement, ast.If) and "TYPE_CHECKING" in ast.dump(statement.test):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: (imported(path) & known.keys()) - {name} for name, path in known.items()}
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for other in edges[node]:
+            if other not in order:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], order[other])
+        if low[node] == order[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in edges:
+        if node not in order:
+            visit(node)
+    return found
+
+
+def test_core_knows_no_platform_and_nothing_above_it():
+    for name, path in modules().items():
+        if not name.startswith("core"):
+            continue
+        outward = {
+            m for m in imported(path) if m.split(".")[0] in ("adapters", "bot", *PLATFORM_LIBRARIES)
+        }
+        assert not outward, f"{name} imports {sorted(outward)}"
+
+
+def test_adapters_never_reach_into_the_composition_root():
+    for name, path in modules().items():
+        if name.startswith("adapters"):
+            above = {m for m in imported(path) if m.split(".")[0] == "bot"}
+            assert not above, f"{name} imports {sorted(above)}"
+
+
+def test_no_import_circles():
+    assert circles(graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_no_product_module_is_over_the_size_limit():
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
