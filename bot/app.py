@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,12 +24,15 @@ from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.access import Access
 from core.members.community import Community
+from core.local_embedder import LocalEmbedder
+from core.members.reembed import adopt_dimension
 from core.members.service import Members
+from core.memory.embeddings import EmbeddingWorker
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.memory.window import check_window
 from core.ports import ChatModel, Embedder
-from core.runtime.engine import Engine
+from core.runtime.engine import Engine, utcnow
 
 
 @dataclass(frozen=True)
@@ -75,19 +78,20 @@ async def open_app(
         ) as (sessions, held_dim),
         _client(settings) as client,
     ):
-        embedder: Embedder | None = None
-        if settings.embedding_model:
-            if check_dimension and held_dim != settings.embedding_dim:
-                raise ConfigError(
-                    f"the database holds {held_dim}-dimension embeddings but "
-                    f"COMPANION_EMBEDDING_DIM is {settings.embedding_dim}; run "
-                    f"`companion reembed --dim {settings.embedding_dim}`"
-                )
-            embedder = OpenAIEmbedder(client, settings.embedding_model, settings.embedding_dim)
+        embedder = _embedder(settings, client)
+        if embedder is not None and check_dimension and held_dim != settings.embedding_dim:
+            if await adopt_dimension(sessions, settings.embedding_dim):
+                held_dim = settings.embedding_dim  # no vector was stored: nothing to redo
+            elif need_model:
+                raise _mismatch(settings, held_dim)
+            else:
+                embedder = None  # export, import, reset: rows get vectors from a later pass
         model: ChatModel = OpenAIChat(client, settings.model or "unset")
         metrics = PrometheusMetrics(sessions)
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
-        engine = Engine(sessions, mind, clock) if clock else Engine(sessions, mind)
+        # Messages get vectors in the background of the processes that hold conversations.
+        worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
+        engine = Engine(sessions, mind, clock or utcnow, worker)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(
@@ -97,6 +101,33 @@ async def open_app(
             settings.secret_key,
             timedelta(minutes=settings.link_minutes),
         )
-        yield App(
-            settings, sessions, engine, members, community, access, embedder, held_dim, metrics
+        async with worker or nullcontext():
+            yield App(
+                settings, sessions, engine, members, community, access, embedder, held_dim, metrics
+            )
+
+
+def _embedder(settings: Settings, client: openai.AsyncOpenAI) -> Embedder | None:
+    """The endpoint's model when one is named, none for "none", else the local one."""
+    name = settings.embedding_model
+    if name is None:
+        return LocalEmbedder()
+    if name.lower() == "none":
+        return None
+    return OpenAIEmbedder(client, name, settings.embedding_dim)
+
+
+def _mismatch(settings: Settings, held: int) -> ConfigError:
+    """What to run when the database's vectors are of another size than the embedder's."""
+    wanted = settings.embedding_dim
+    if settings.embedding_model is None:
+        return ConfigError(
+            f"the database holds {held}-dimension embeddings and the local embedding model "
+            f"gives {wanted}: run `companion reembed --dim {wanted}` to re-embed with it, or "
+            f"set COMPANION_EMBEDDING_MODEL (and COMPANION_EMBEDDING_DIM={held}) to keep the "
+            "model that made them"
         )
+    return ConfigError(
+        f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
+        f"{wanted}; run `companion reembed --dim {wanted}`"
+    )

@@ -120,9 +120,11 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="check the database, model endpoint and platform tokens; say what is wrong"
     )
 
-    reembed_cmd = commands.add_parser("reembed", help="recompute archival embeddings")
+    reembed_cmd = commands.add_parser(
+        "reembed", help="recompute the embeddings of archival memory and past messages"
+    )
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
-    reembed_cmd.add_argument("--missing", action="store_true", help="only passages without one")
+    reembed_cmd.add_argument("--missing", action="store_true", help="only rows without one")
     return parser
 
 
@@ -206,14 +208,21 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     if app.embedder is None:
-        raise ConfigError("set COMPANION_EMBEDDING_MODEL to re-embed archival memory")
+        raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
     wanted, held = app.settings.embedding_dim, app.embedding_dim
-    progress = Progress("re-embedding passages")
+    progress = Progress("re-embedding passages and messages")
     if args.dim and args.dim != held:
         if args.dim != wanted:
+            if app.settings.embedding_model is None:
+                raise ConfigError(
+                    f"the local embedding model gives {wanted} dimensions, not {args.dim}; "
+                    "set COMPANION_EMBEDDING_MODEL for an endpoint model of another size"
+                )
             raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
         count = await change_dimension(app.sessions, app.embedder, args.dim, progress=progress)
-        print(f"re-embedded {count} passages at {args.dim} dimensions", file=sys.stderr)
+        print(
+            f"re-embedded {count} passages and messages at {args.dim} dimensions", file=sys.stderr
+        )
         return 0
     if wanted != held:
         raise ConfigError(
@@ -221,7 +230,7 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
             f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
         )
     count = await reembed(app.sessions, app.embedder, only_missing=args.missing, progress=progress)
-    print(f"re-embedded {count} passages", file=sys.stderr)
+    print(f"re-embedded {count} passages and messages", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core.config import FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
+from core.local_embedder import LOCAL_DIMENSION
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -85,6 +86,20 @@ def _secret(raw: str | None) -> str | None:
     return raw
 
 
+def _embedding_dim(env: Mapping[str, str]) -> int:
+    """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one."""
+    model = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
+    dim = _int(env, "COMPANION_EMBEDDING_DIM", None)
+    if model:
+        return dim or 1536
+    if dim not in (None, LOCAL_DIMENSION):
+        raise ConfigError(
+            f"COMPANION_EMBEDDING_DIM={dim} needs COMPANION_EMBEDDING_MODEL: without it the "
+            f"local embedding model is used, which gives {LOCAL_DIMENSION} dimensions"
+        )
+    return LOCAL_DIMENSION
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "companion"
@@ -96,8 +111,8 @@ class Settings:
     openai_api_key: str | None = None
     model: str | None = None
     context_window: int | None = None
-    embedding_model: str | None = None
-    embedding_dim: int = 1536
+    embedding_model: str | None = None  # None: the local embedder; "none": full text only
+    embedding_dim: int = LOCAL_DIMENSION
     database_url: str | None = None
     db_schema: str | None = None
     data_dir: Path = Path("data")
@@ -131,7 +146,7 @@ class Settings:
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
             embedding_model=env.get("COMPANION_EMBEDDING_MODEL", "").strip() or None,
-            embedding_dim=_int(env, "COMPANION_EMBEDDING_DIM", 1536) or 1536,
+            embedding_dim=_embedding_dim(env),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),

@@ -4,7 +4,7 @@ Every row that belongs to a member carries `tenant_id` and `agent_id`; queries f
 (see `core.memory.store`). Deleting an agent cascades to everything it owns.
 
     tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)
-                              ├─< messages      recall storage; `in_context` marks the FIFO queue
+                              ├─< messages      recall storage (text + vectors); `in_context`: FIFO
                               ├─< summaries     recursive summaries; the newest is FIFO slot 0
                               ├─< passages      archival storage (pgvector + full text)
                               ├─< events        inbound events, stored before any model call
@@ -144,6 +144,8 @@ class Message(Base):
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english', coalesce(search_text, ''))", persisted=True)
     )
+    # Filled after the turn commits (core.runtime.embeddings), never on the reply's path.
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True, deferred=True)
     tokens: Mapped[int] = mapped_column(Integer, default=0)
     in_context: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(TS)

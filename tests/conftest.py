@@ -235,6 +235,7 @@ def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: s
         OPENAI_API_KEY="test",
         COMPANION_MODEL="fake",
         COMPANION_CONTEXT_WINDOW="8192",
+        COMPANION_EMBEDDING_MODEL="fake-embed",  # the fake endpoint, not the local model
         COMPANION_EMBEDDING_DIM="16",
         DATABASE_URL=served_url(pg_url, schema),
         PYTHONPATH=str(ROOT),

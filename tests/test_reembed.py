@@ -71,12 +71,8 @@ async def test_a_new_dimension_is_swapped_in_and_search_keeps_working(sessions):
     assert embedder.calls == 1 + 3  # the check, then three batches
     assert await state(sessions) == ([24], "24")
     page = await chess_hits(sessions, scope, 24)
-    assert page.total == len(NOTES) + 1
-    # Nearest by meaning, exactly or through the index: 24 hashed dimensions make a few
-    # other notes collide with "chess opening", so most hits (not all) are about chess.
-    texts = [hit.text for hit in page.hits]
-    assert "never embedded chess opening" in texts and "chess" in texts[0]
-    assert sum("chess" in t for t in texts) >= 4
+    assert page.total >= 31  # the 31 chess passages by their words, and the nearest
+    assert all("chess" in hit.text for hit in page.hits)
 
 
 async def test_a_model_of_another_size_changes_nothing(sessions):
@@ -148,4 +144,4 @@ async def test_the_command_refuses_a_mismatch_in_one_line_and_changes_nothing(
     assert "Traceback" not in plain.err
     assert await state(sessions) == ([16, None], "16")
     done = await companion(env, "reembed", "--missing")
-    assert done.code == 0 and done.err.strip().endswith("re-embedded 1 passages")
+    assert done.code == 0 and done.err.strip().endswith("re-embedded 1 passages and messages")

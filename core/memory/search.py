@@ -1,16 +1,25 @@
-"""Recall and archival search, paginated.
+"""Recall and archival search, paginated: full text and vectors, fused.
+
+    recall_search(..., embedding)      messages: key words and meaning, fused by rank
+    recall_by_date(...)                messages of a date range, oldest first
+    archival_search(..., embedding)    passages: the same fusion
+    clean_query(query, names)          the query without the member's and the agent's names
 
 Text search ranks by the sum of inverse document frequencies of the question's key words
 that a row contains (BM25 without term-frequency saturation, which suits short chat turns):
 a row need not contain every word, rare words count for more, and stemming comes from
-Postgres' `english` configuration. Archival search uses pgvector cosine distance over the
-HNSW index when an embedder is configured, with iterative scans so that filtering to one
-agent still fills the page.
+Postgres' `english` configuration. With a query embedding, the nearest rows by cosine
+distance (pgvector HNSW, iterative scans so that filtering to one agent still fills the
+list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a row found
+by both rises, and a row without a vector yet is still found by its words. The fused list
+is `DEPTH` deep per side, so "page p of n" counts that list.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -84,17 +93,7 @@ async def _keyword_search(
     page_size: int,
     skip_event: int | None = None,
 ) -> Page:
-    if table == "messages":
-        sql = _KEYWORD_SQL.format(
-            table="messages",
-            filter="AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
-            text_col="r.search_text",
-            kind_col="r.role",
-        )
-    else:
-        sql = _KEYWORD_SQL.format(
-            table="passages", filter="", text_col="r.text", kind_col="coalesce(r.source, '')"
-        )
+    sql = _KEYWORD_SQL.format(**_columns(table))
     rows = (
         await session.execute(
             text(sql),
@@ -121,12 +120,18 @@ async def recall_search(
     page: int = 1,
     page_size: int = 5,
     skip_event: int | None = None,
+    embedding: Sequence[float] | None = None,
 ) -> Page:
-    """Messages (either side) sharing key words with `query`, best first.
+    """Messages (either side) sharing key words with `query`, or near it in meaning, best first.
 
     `skip_event` leaves out the messages of the event being handled (the question itself).
+    Without `embedding`, key words alone, and every match counts in the total.
     """
-    return await _keyword_search(session, scope, "messages", query, page, page_size, skip_event)
+    if embedding is None:
+        return await _keyword_search(session, scope, "messages", query, page, page_size, skip_event)
+    return await _hybrid_search(
+        session, scope, "messages", query, embedding, page, page_size, skip_event
+    )
 
 
 async def recall_by_date(
@@ -173,45 +178,112 @@ async def archival_search(
     session: AsyncSession,
     scope: Scope,
     query: str,
-    embedding: list[float] | None,
+    embedding: Sequence[float] | None,
     page: int = 1,
     page_size: int = 5,
 ) -> Page:
-    """Passages nearest in meaning to `query` (or by key words when there is no embedding)."""
+    """Passages sharing key words with `query` or near it in meaning (key words alone
+    when there is no embedding)."""
     if embedding is None:
         return await _keyword_search(session, scope, "passages", query, page, page_size)
-    params = {"tenant": scope.tenant_id, "agent": scope.agent_id}
-    total = int(
-        await session.scalar(
-            text(
-                "SELECT count(*) FROM passages WHERE tenant_id = :tenant AND agent_id = :agent "
-                "AND embedding IS NOT NULL"
-            ),
-            params,
-        )
-        or 0
-    )
+    return await _hybrid_search(session, scope, "passages", query, embedding, page, page_size)
+
+
+# ---------------------------------------------------------------- fusion
+
+DEPTH = 50  # rows taken from each ranking before fusion
+RRF_K = 60  # the usual constant of reciprocal-rank fusion (Cormack et al., 2009)
+
+_NEAREST_SQL = """
+SELECT r.id FROM {table} r
+WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.embedding IS NOT NULL {filter}
+ORDER BY r.embedding <=> CAST(:q AS vector)
+LIMIT :limit
+"""
+
+_ROWS_SQL = """
+SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at FROM {table} r
+WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
+"""
+
+
+def fuse(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> list[int]:
+    """Reciprocal-rank fusion: each list gives a row 1 / (k + its rank); best total first."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, row_id in enumerate(ranking, start=1):
+            scores[row_id] = scores.get(row_id, 0.0) + 1.0 / (k + rank)
+    return sorted(scores, key=lambda row_id: (-scores[row_id], -row_id))
+
+
+def clean_query(query: str, names: Iterable[str]) -> str:
+    """`query` without the given names (and their possessive 's).
+
+    A name matches nearly every turn of a conversation in which it is said, so it only adds
+    noise to key words and pulls greetings ("Hey Audrey!") to the top of nearest neighbours.
+    A query that is nothing but names is kept as it is.
+    """
+    words = sorted({w for name in names for w in re.findall(r"[\w'-]{2,}", name)}, key=len)
+    if not words:
+        return query
+    pattern = r"\b(?:" + "|".join(re.escape(w) for w in reversed(words)) + r")(?:'s|’s)?\b"
+    cleaned = re.sub(r"\s{2,}", " ", re.sub(pattern, " ", query, flags=re.IGNORECASE)).strip()
+    return cleaned if re.search(r"\w", cleaned) else query
+
+
+def agent_name(persona: str) -> str | None:
+    """The name the persona gives the agent ("I am Companion, ..." or "My name is Sam")."""
+    found = re.search(r"\b(?:I am|I'm|[Mm]y name is|[Cc]all me)\s+([A-Z][\w'-]+)", persona)
+    return found.group(1) if found else None
+
+
+def _columns(table: str) -> dict[str, str]:
+    if table == "messages":
+        return {
+            "table": "messages",
+            "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
+            "text_col": "r.search_text",
+            "kind_col": "r.role",
+        }
+    return {
+        "table": "passages",
+        "filter": "",
+        "text_col": "r.text",
+        "kind_col": "coalesce(r.source, '')",
+    }
+
+
+async def _hybrid_search(
+    session: AsyncSession,
+    scope: Scope,
+    table: str,
+    query: str,
+    embedding: Sequence[float],
+    page: int,
+    page_size: int,
+    skip_event: int | None = None,
+) -> Page:
+    columns = _columns(table)
+    params = {
+        "tenant": scope.tenant_id,
+        "agent": scope.agent_id,
+        "skip": skip_event or -1,  # event ids are positive
+        "limit": DEPTH,
+        "offset": 0,
+    }
+    keyword_sql = _KEYWORD_SQL.format(**columns)
+    by_words = [
+        r.id for r in (await session.execute(text(keyword_sql), {**params, "query": query}))
+    ]
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-    rows = (
-        await session.execute(
-            text(
-                """
-                SELECT * FROM (
-                    SELECT id, text, coalesce(source, '') AS kind, created_at,
-                           embedding <=> CAST(:q AS vector) AS distance
-                    FROM passages
-                    WHERE tenant_id = :tenant AND agent_id = :agent AND embedding IS NOT NULL
-                    ORDER BY embedding <=> CAST(:q AS vector)
-                    LIMIT :limit OFFSET :offset
-                ) nearest ORDER BY distance
-                """
-            ),
-            {
-                **params,
-                "q": str(list(embedding)),
-                "limit": page_size,
-                "offset": (page - 1) * page_size,
-            },
-        )
-    ).all()
-    return _page_of(list(rows), page, page_size, total)
+    nearest_sql = _NEAREST_SQL.format(**columns)
+    vector = str([float(x) for x in embedding])
+    by_meaning = [r.id for r in await session.execute(text(nearest_sql), {**params, "q": vector})]
+    fused = fuse([by_words, by_meaning])
+    wanted = fused[(page - 1) * page_size : page * page_size]
+    found = {}
+    if wanted:
+        rows = await session.execute(text(_ROWS_SQL.format(**columns)), {**params, "ids": wanted})
+        found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in rows}
+    hits = [found[row_id] for row_id in wanted if row_id in found]
+    return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))

@@ -19,7 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
-from core.memory.search import Page, archival_search, recall_by_date, recall_search
+from core.memory.search import Page, archival_search, clean_query, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
 from core.models import Block
 from core.ports import Embedder
@@ -53,6 +53,7 @@ class ToolContext:
     may_send: bool = True
     sent: list[str] = field(default_factory=list)
     refused_sends: int = 0  # send_message calls over the per-turn cap: the turn ends
+    names: tuple[str, ...] = ()  # the member's and the agent's: left out of search queries
 
 
 def _block(ctx: ToolContext, label: str) -> Block:
@@ -172,23 +173,40 @@ async def core_memory_replace(
     return _set_block(ctx, block, block.value.replace(old_content, new_content))
 
 
+async def _query_vector(ctx: ToolContext, query: str) -> tuple[list[float] | None, str]:
+    """The query's embedding, or None and a note saying the search used key words only."""
+    if ctx.embedder is None:
+        return None, ""
+    try:
+        return (await ctx.embedder.embed([query]))[0], ""
+    except EmbeddingError as error:
+        return None, f"(Searched by key words: {error}.)\n"
+
+
+async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Page, str]:
+    """What `conversation_search` finds: the page, and a note when meaning was not used."""
+    cleaned = clean_query(query, ctx.names)
+    embedding, note = await _query_vector(ctx, cleaned)
+    store = ctx.store
+    found = await recall_search(
+        store.session, store.scope, cleaned, page, ctx.config.page_size, ctx.event_id, embedding
+    )
+    return found, note
+
+
 async def conversation_search(
     ctx: ToolContext, query: Query, page: PageNumber = 1, request_heartbeat: bool = False
 ) -> str:
-    """Search all past messages, including those no longer in view, by key words.
+    """Search all past messages, including those no longer in view, by key words and meaning.
 
-    query: what to look for, in words likely to appear in the messages
+    query: what to look for: key words, names of things, or a short paraphrase
     page: which page of results, from 1
     request_heartbeat: true to run again right after this call
     """
     if not query.strip():
         raise ToolError("query is empty")
-    store = ctx.store
-    page = _page_number(page)
-    found = await recall_search(
-        store.session, store.scope, query, page, ctx.config.page_size, ctx.event_id
-    )
-    return _format_page(found, "messages", query)
+    found, note = await find_messages(ctx, query, _page_number(page))
+    return note + _format_page(found, "messages", query)
 
 
 async def conversation_search_date(
@@ -245,7 +263,7 @@ async def archival_memory_insert(
 async def archival_memory_search(
     ctx: ToolContext, query: Query, page: PageNumber = 1, request_heartbeat: bool = False
 ) -> str:
-    """Search archival memory by meaning.
+    """Search archival memory by meaning and key words.
 
     query: what to look for
     page: which page of results, from 1
@@ -253,15 +271,11 @@ async def archival_memory_search(
     """
     if not query.strip():
         raise ToolError("query is empty")
-    embedding, note = None, ""
-    if ctx.embedder is not None:
-        try:
-            embedding = (await ctx.embedder.embed([query]))[0]
-        except EmbeddingError as error:
-            note = f"(Searched by key words: {error}.)\n"
+    cleaned = clean_query(query, ctx.names)
+    embedding, note = await _query_vector(ctx, cleaned)
     store = ctx.store
     found = await archival_search(
-        store.session, store.scope, query, embedding, _page_number(page), ctx.config.page_size
+        store.session, store.scope, cleaned, embedding, _page_number(page), ctx.config.page_size
     )
     return note + _format_page(found, "passages", query)
 

@@ -25,6 +25,7 @@ from core.errors import ModelOutputError, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.executor import SCHEMAS, Outcome, execute
 from core.memory.prompt import cut_arguments
+from core.memory.search import agent_name
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.memory.tools import MAX_REPLY_CHARS, ToolContext
@@ -151,8 +152,10 @@ class Turn:
         event: Event,
         now: datetime,
         timezone: str,
+        member_name: str | None = None,
     ) -> None:
         self.mind = mind
+        self.member_name = member_name
         self.store = store
         self.agent = agent
         self.event = event
@@ -180,6 +183,8 @@ class Turn:
         tools = ToolContext(
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
+        persona = blocks["persona"].value if "persona" in blocks else ""
+        tools.names = tuple(n for n in (self.member_name, agent_name(persona)) if n)
         max_steps = config.max_steps
         if (payload.get("meta") or {}).get("purpose") == "upkeep":
             tools.may_send = False  # tidying memory, not talking

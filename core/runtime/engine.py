@@ -9,6 +9,7 @@
     upload(scope, file)    store_file + answer
     resume()               after a restart, drain every agent with pending events (and
                            release events held longer than HOLD_LIMIT)
+    embeddings.wake()      after each commit: messages get vectors in the background
     (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
     for a clean shutdown, from `engine.activity`; what was stored from where, for reading
     a platform back after a restart, from `engine.seen`)
@@ -38,6 +39,7 @@ from core.errors import CompanionError, ModelError
 from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, Turn, TurnResult
 from core.models import Agent, Event
@@ -94,10 +96,12 @@ class Engine:
         sessions: async_sessionmaker[AsyncSession],
         mind: Mind,
         clock: Callable[[], datetime] = utcnow,
+        embeddings: EmbeddingWorker | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
         self.clock = clock
+        self.embeddings = embeddings  # woken after each commit that stored new messages
         self.outbox = Outbox(sessions, clock)
         self.activity = Activity()
         self.seen = Seen(sessions)
@@ -238,6 +242,8 @@ class Engine:
                 with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
                     results.append(await self._handle(session, store, agent, event))
                 more = await session.scalar(_pending(scope, Event.id))
+            if self.embeddings is not None:  # committed: the new messages get their vectors
+                self.embeddings.wake()
             # An event stored after this check is drained by its own submitter, who waited
             # for the lock this transaction held.
             if more is None:
@@ -259,7 +265,7 @@ class Engine:
             )
         else:
             result, status, replies = await self._think(
-                session, store, agent, event, now, user.timezone
+                session, store, agent, event, now, user.timezone, user.display_name
             )
         if status != EventStatus.DONE:
             # No turn happened (or it was rolled back): the member's words still go to recall,
@@ -295,9 +301,10 @@ class Engine:
         event: Event,
         now: datetime,
         timezone: str,
+        member_name: str | None,
     ) -> tuple[TurnResult, EventStatus, list[str]]:
         """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
-        turn = Turn(self.mind, store, agent, event, now, timezone)
+        turn = Turn(self.mind, store, agent, event, now, timezone, member_name)
         try:
             async with session.begin_nested():
                 result = await turn.run()

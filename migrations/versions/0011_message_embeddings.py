@@ -1,0 +1,39 @@
+"""Message embeddings: recall storage searched by meaning as well as by key words.
+
+`messages.embedding` has the dimension recorded in `meta` (the one `passages.embedding`
+has), with an HNSW index for cosine distance. Rows start without a vector: the engine's
+embedding worker fills them after their turn commits, and the partial indexes on rows still
+waiting (messages and passages) keep that catch-up cheap.
+
+Revision ID: 0011
+Revises: 0006
+Create Date: 2026-12-01
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0011"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    dim = int(op.get_bind().scalar(sa.text("SELECT value FROM meta WHERE key = 'embedding_dim'")))
+    op.execute(f"ALTER TABLE messages ADD COLUMN embedding vector({dim})")
+    op.execute(
+        "CREATE INDEX messages_embedding ON messages USING hnsw (embedding vector_cosine_ops)"
+    )
+    op.execute(
+        "CREATE INDEX messages_unembedded ON messages (id) "
+        "WHERE embedding IS NULL AND search_text IS NOT NULL"
+    )
+    op.execute("CREATE INDEX passages_unembedded ON passages (id) WHERE embedding IS NULL")
+
+
+def downgrade() -> None:
+    op.execute("DROP INDEX passages_unembedded")
+    op.execute("DROP INDEX messages_unembedded")
+    op.execute("DROP INDEX messages_embedding")
+    op.execute("ALTER TABLE messages DROP COLUMN embedding")
