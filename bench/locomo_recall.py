@@ -1,12 +1,17 @@
-"""Evidence recall of `conversation_search` (core.search.recall_search) on LoCoMo.
+"""Evidence recall of `conversation_search` on LoCoMo, through the product's own search.
 
     python bench/locomo_recall.py [--data ../shared/data/locomo/locomo_dev.json] [--k 5,10,25]
+                                  [--embedder local|none] [--conversations 0-4]
 
-For each LoCoMo conversation: one agent; every turn of every session becomes a message
+For each LoCoMo conversation: one agent, whose member is speaker_a (the display name) and
+whose persona says "I am <speaker_b>"; every turn of every session becomes a message
 (speaker_a as "user", speaker_b as "assistant"; search_text is the turn's text, plus
 "[shares a photo: <blip_caption>]" when the turn shares an image; created_at from the
-session's date, turns a minute apart). Then, for every question with evidence, the question
-goes to `recall_search(..., page=1, page_size=k)` and
+session's date, turns a minute apart). The messages get their vectors from the product's
+own catch-up pass (`core.memory.embeddings.embed_missing`) with the chosen embedder. Then,
+for every question with evidence, the question goes to what `conversation_search` runs
+(`core.memory.tools.find_messages`: the names left out, the query embedded, full text and
+vectors fused) with page_size=k, and
 
     evidence recall@k = |gold dialogue ids among the top k| / |gold dialogue ids|
 
@@ -32,6 +37,7 @@ import argparse
 import asyncio
 import json
 import math
+import pickle
 import re
 import statistics
 import sys
@@ -47,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+import core.memory.ranking as ranking
 from bench.common import (
     ROOT,
     bench_database,
@@ -59,8 +66,13 @@ from bench.common import (
 )
 from core.config import EngineConfig
 from core.directory import ensure_agent
-from core.memory.search import recall_search
-from core.models import Message
+from core.local_embedder import LocalEmbedder
+from core.memory.embeddings import embed_missing
+from core.memory.ranking import agent_name
+from core.memory.store import AgentStore
+from core.memory.tools import ToolContext, find_messages
+from core.models import Block, Message
+from core.ports import Embedder
 from core.scope import Scope
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -136,7 +148,12 @@ async def load_conversation(
     session: AsyncSession, sample: dict[str, Any]
 ) -> tuple[Scope, dict[int, str]]:
     conversation = sample["conversation"]
-    scope = await ensure_agent(session, "locomo", sample["sample_id"], EngineConfig())
+    scope = await ensure_agent(
+        session, "locomo", sample["sample_id"], EngineConfig(), conversation["speaker_a"]
+    )
+    persona = await session.get(Block, (scope.agent_id, "persona"))
+    assert persona is not None
+    persona.value = f"I am {conversation['speaker_b']}, a friend of {conversation['speaker_a']}."
     messages = []
     for turn, when in turns_of(conversation):
         words = turn_text(turn)
@@ -156,6 +173,38 @@ async def load_conversation(
     await session.flush()
     dia_ids = [turn["dia_id"] for turn, _ in turns_of(conversation)]
     return scope, {m.id: d for m, d in zip(messages, dia_ids, strict=True)}
+
+
+class CachedEmbedder:
+    """An embedder that remembers vectors by text, optionally in a file kept outside the repo
+    (vectors of LoCoMo turns are derived from CC BY-NC data: never commit them)."""
+
+    def __init__(self, inner: Embedder, path: Path | None) -> None:
+        self.inner, self.path = inner, path
+        self.vectors: dict[str, list[float]] = {}
+        if path and path.exists():
+            self.vectors = pickle.loads(path.read_bytes())
+        self.seconds, self.computed = 0.0, 0
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            start = time.perf_counter()
+            for t, v in zip(missing, await self.inner.embed(missing), strict=True):
+                self.vectors[t] = v
+            self.seconds += time.perf_counter() - start
+            self.computed += len(missing)
+        return [self.vectors[t] for t in texts]
+
+    def save(self) -> None:
+        if self.path:
+            self.path.write_bytes(pickle.dumps(self.vectors))
+
+
+def names_of(session_scope: tuple[dict[str, Any], Scope]) -> tuple[str, ...]:
+    conversation = session_scope[0]["conversation"]
+    persona = f"I am {conversation['speaker_b']}, a friend of {conversation['speaker_a']}."
+    return tuple(n for n in (conversation["speaker_a"], agent_name(persona)) if n)
 
 
 # ---------------------------------------------------------------- reference BM25
@@ -237,26 +286,51 @@ class Scores:
         return out
 
 
+def pick(samples: list[dict[str, Any]], spec: str | None) -> list[dict[str, Any]]:
+    """Conversations by position: "0-4", "5-9" or "0,2,4"; all when not given."""
+    if not spec:
+        return samples
+    chosen: list[int] = []
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        chosen += range(int(first), int(last or first) + 1)
+    return [samples[i] for i in chosen]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo JSON file")
     parser.add_argument("--database-url", help="use this Postgres (a throwaway schema in it)")
     parser.add_argument("--k", default="5,10,25", help="cut-offs, comma-separated")
+    parser.add_argument("--conversations", help='which ones, by position: "0-4", "5,7"')
+    parser.add_argument(
+        "--embedder", choices=["local", "none"], default="local", help="none: full text only"
+    )
+    parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
     args = parser.parse_args()
     ks = sorted(int(k) for k in args.k.split(","))
-    samples = json.loads(args.data.read_text())
+    samples = pick(json.loads(args.data.read_text()), args.conversations)
     host = machine()
+    embedder = (
+        CachedEmbedder(LocalEmbedder(), args.vectors_cache) if args.embedder == "local" else None
+    )
 
     product, reference = Scores(), Scores()
     evidence = EvidenceLog()
-    latency: dict[int, list[float]] = {k: [] for k in ks}
+    latency: list[float] = []
     per_conversation = []
-    async with bench_database(args.database_url, pool_size=2) as db:
+    dim = LocalEmbedder.dimension
+    async with bench_database(args.database_url, embedding_dim=dim, pool_size=2) as db:
         sessions = async_sessionmaker(db.engine, expire_on_commit=False)
         loaded = []
         for sample in samples:
             async with sessions() as session, session.begin():
                 loaded.append(await load_conversation(session, sample))
+        embed_start = time.perf_counter()
+        if embedder is not None:
+            await embed_missing(sessions, embedder)
+            embedder.save()
+        embed_seconds = time.perf_counter() - embed_start
         async with db.engine.connect() as conn:  # planner statistics, as in a settled database
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             await conn.execute(text("VACUUM ANALYZE messages"))
@@ -266,17 +340,24 @@ async def main() -> None:
             async with sessions() as session:
                 bm25 = BM25(await lexemes_of_messages(session, scope))
                 mine = Scores()
+                ctx = ToolContext(
+                    AgentStore(session, scope),
+                    {},
+                    EngineConfig(page_size=max(ks)),
+                    datetime.now(UTC),
+                    embedder=embedder,
+                    names=names_of((sample, scope)),
+                )
                 for qa in sample["qa"]:
                     gold = parse_evidence(qa.get("evidence") or [], known, evidence)
                     if not gold:
                         evidence.no_evidence += 1
                         continue
-                    ranked = {}
-                    for k in ks:
-                        start = time.perf_counter()
-                        page = await recall_search(session, scope, qa["question"], 1, k)
-                        latency[k].append(time.perf_counter() - start)
-                        ranked[k] = [dia_of[hit.id] for hit in page.hits]
+                    start = time.perf_counter()
+                    page, _ = await find_messages(ctx, qa["question"], 1)
+                    latency.append(time.perf_counter() - start)
+                    ids = [dia_of[hit.id] for hit in page.hits]
+                    ranked = {k: ids[:k] for k in ks}
                     product.add(qa["category"], gold, ranked)
                     mine.add(qa["category"], gold, ranked)
                     top = bm25.rank(await lexemes_of(session, qa["question"]), max(ks))
@@ -289,6 +370,11 @@ async def main() -> None:
             )
         version = await server_version(db.engine)
 
+    turns = sum(len(d) for _, d in loaded)
+    if embedder is not None and embedder.computed:
+        speed = f"{embedder.computed / embedder.seconds:.0f} turns/s computed"
+    else:
+        speed = "from the cache" if embedder else "none"
     print(
         settings_block(
             "Settings",
@@ -300,15 +386,20 @@ async def main() -> None:
                 "messages": "one per turn; speaker_a 'user', speaker_b 'assistant'; "
                 "search_text = text + [shares a photo: caption]",
                 "loading": "all conversations first, then VACUUM ANALYZE messages",
-                "search": f"core.search.recall_search(question, page=1, page_size=k), k in {ks}",
+                "search": f"core.memory.tools.find_messages(question, page 1) with page_size "
+                f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
+                f"RRF k {ranking.RRF_K}, "
+                f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}",
+                "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
+                f"for {turns} turns)",
                 "reference": "Okapi BM25 k1=1.2 b=0.75 on the same 'english' lexemes (Python)",
             },
         )
     )
-    print("\nPer conversation (recall_search)")
+    print("\nPer conversation (conversation_search)")
     print(table(["conversation", "turns", "questions", f"R@{ks[0]} %"], per_conversation))
     headers = ["questions", "n"] + [f"R@{k} %" for k in ks] + [f"hit@{k} %" for k in ks]
-    print("\nEvidence recall of recall_search (the product)")
+    print("\nEvidence recall of conversation_search (the product)")
     print(table(headers, product.summary(ks)))
     print("\nReference: Okapi BM25 over the same turns (not product code)")
     print(table(headers, reference.summary(ks)))
@@ -328,11 +419,17 @@ async def main() -> None:
         print(f"  unparseable: {entry!r}")
     for dia_id in evidence.unknown:
         print(f"  no such turn: {dia_id}")
-    print(f"\nrecall_search latency ({len(latency[ks[0]])} questions per k)")
+    print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(
             ["page_size", "median ms", "p95 ms", "mean ms"],
-            [[f"k={k}", *stats_ms(latency[k]).values()] for k in ks],
+            [[max(ks), *stats_ms(latency).values()]],
+        )
+    )
+    print(
+        "\nJSON "
+        + json.dumps(
+            {"R@5 all but 5": product.summary(ks)[1][2], "conversations": args.conversations}
         )
     )
 

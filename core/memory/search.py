@@ -3,7 +3,6 @@
     recall_search(..., embedding)      messages: key words and meaning, fused by rank
     recall_by_date(...)                messages of a date range, oldest first
     archival_search(..., embedding)    passages: the same fusion
-    clean_query(query, names)          the query without the member's and the agent's names
 
 Text search ranks by the sum of inverse document frequencies of the question's key words
 that a row contains (BM25 without term-frequency saturation, which suits short chat turns):
@@ -18,8 +17,7 @@ is `DEPTH` deep per side, so "page p of n" counts that list.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -27,6 +25,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory.ranking import ANCHORS, DEPTH, NEIGHBOUR_WEIGHTS, fuse
 from core.scope import Scope
 
 
@@ -191,9 +190,6 @@ async def archival_search(
 
 # ---------------------------------------------------------------- fusion
 
-DEPTH = 50  # rows taken from each ranking before fusion
-RRF_K = 60  # the usual constant of reciprocal-rank fusion (Cormack et al., 2009)
-
 _NEAREST_SQL = """
 SELECT r.id FROM {table} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.embedding IS NOT NULL {filter}
@@ -201,40 +197,29 @@ ORDER BY r.embedding <=> CAST(:q AS vector)
 LIMIT :limit
 """
 
+# The messages next to each anchor (two before, two after; `step` -2..2), in anchor order.
+_NEIGHBOURS_SQL = """
+SELECT a.pos, n.id, n.step FROM unnest(CAST(:ids AS bigint[])) WITH ORDINALITY AS a(id, pos)
+CROSS JOIN LATERAL (
+    SELECT b.id, -row_number() OVER (ORDER BY b.id DESC) AS step FROM (
+        SELECT r.id FROM messages r
+        WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id < a.id {filter}
+        ORDER BY r.id DESC LIMIT 2
+    ) b
+    UNION ALL
+    SELECT f.id, row_number() OVER (ORDER BY f.id) AS step FROM (
+        SELECT r.id FROM messages r
+        WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id > a.id {filter}
+        ORDER BY r.id LIMIT 2
+    ) f
+) n
+ORDER BY a.pos, abs(n.step), n.step
+"""
+
 _ROWS_SQL = """
 SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at FROM {table} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
 """
-
-
-def fuse(rankings: Iterable[Sequence[int]], k: int = RRF_K) -> list[int]:
-    """Reciprocal-rank fusion: each list gives a row 1 / (k + its rank); best total first."""
-    scores: dict[int, float] = {}
-    for ranking in rankings:
-        for rank, row_id in enumerate(ranking, start=1):
-            scores[row_id] = scores.get(row_id, 0.0) + 1.0 / (k + rank)
-    return sorted(scores, key=lambda row_id: (-scores[row_id], -row_id))
-
-
-def clean_query(query: str, names: Iterable[str]) -> str:
-    """`query` without the given names (and their possessive 's).
-
-    A name matches nearly every turn of a conversation in which it is said, so it only adds
-    noise to key words and pulls greetings ("Hey Audrey!") to the top of nearest neighbours.
-    A query that is nothing but names is kept as it is.
-    """
-    words = sorted({w for name in names for w in re.findall(r"[\w'-]{2,}", name)}, key=len)
-    if not words:
-        return query
-    pattern = r"\b(?:" + "|".join(re.escape(w) for w in reversed(words)) + r")(?:'s|’s)?\b"
-    cleaned = re.sub(r"\s{2,}", " ", re.sub(pattern, " ", query, flags=re.IGNORECASE)).strip()
-    return cleaned if re.search(r"\w", cleaned) else query
-
-
-def agent_name(persona: str) -> str | None:
-    """The name the persona gives the agent ("I am Companion, ..." or "My name is Sam")."""
-    found = re.search(r"\b(?:I am|I'm|[Mm]y name is|[Cc]all me)\s+([A-Z][\w'-]+)", persona)
-    return found.group(1) if found else None
 
 
 def _columns(table: str) -> dict[str, str]:
@@ -272,14 +257,16 @@ async def _hybrid_search(
         "offset": 0,
     }
     keyword_sql = _KEYWORD_SQL.format(**columns)
-    by_words = [
-        r.id for r in (await session.execute(text(keyword_sql), {**params, "query": query}))
-    ]
+    rows = await session.execute(text(keyword_sql), {**params, "query": query})
+    by_words = [r.id for r in rows]
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-    nearest_sql = _NEAREST_SQL.format(**columns)
     vector = str([float(x) for x in embedding])
-    by_meaning = [r.id for r in await session.execute(text(nearest_sql), {**params, "q": vector})]
+    rows = await session.execute(text(_NEAREST_SQL.format(**columns)), {**params, "q": vector})
+    by_meaning = [r.id for r in rows]
     fused = fuse([by_words, by_meaning])
+    if table == "messages" and fused:
+        near, further = await _neighbours(session, columns, params, fused[:ANCHORS])
+        fused = fuse([by_words, by_meaning, near, further], NEIGHBOUR_WEIGHTS)
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
@@ -287,3 +274,21 @@ async def _hybrid_search(
         found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in rows}
     hits = [found[row_id] for row_id in wanted if row_id in found]
     return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))
+
+
+async def _neighbours(
+    session: AsyncSession, columns: dict[str, str], params: dict[str, Any], anchors: list[int]
+) -> tuple[list[int], list[int]]:
+    """The messages right next to the anchors, and those one further, in the anchors' order.
+
+    An answer is often the turn after the one that shares the question's words ("what did
+    you name him?" / "Rex!"), so the turns around the best hits are ranked too.
+    """
+    rows = await session.execute(
+        text(_NEIGHBOURS_SQL.format(**columns)), {**params, "ids": anchors}
+    )
+    near: list[int] = []
+    further: list[int] = []
+    for row in rows:
+        (near if abs(row.step) == 1 else further).append(row.id)
+    return list(dict.fromkeys(near)), list(dict.fromkeys(further))

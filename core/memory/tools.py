@@ -19,7 +19,8 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
-from core.memory.search import Page, archival_search, clean_query, recall_by_date, recall_search
+from core.memory.ranking import clean_query
+from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
 from core.models import Block
 from core.ports import Embedder

@@ -25,7 +25,7 @@ from core.errors import ModelOutputError, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.executor import SCHEMAS, Outcome, execute
 from core.memory.prompt import cut_arguments
-from core.memory.search import agent_name
+from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.memory.tools import MAX_REPLY_CHARS, ToolContext

@@ -3,7 +3,8 @@
 `messages.embedding` has the dimension recorded in `meta` (the one `passages.embedding`
 has), with an HNSW index for cosine distance. Rows start without a vector: the engine's
 embedding worker fills them after their turn commits, and the partial indexes on rows still
-waiting (messages and passages) keep that catch-up cheap.
+waiting (messages and passages) keep that catch-up cheap. `messages_agent_order` finds
+the turns next to a hit.
 
 Revision ID: 0011
 Revises: 0006
@@ -30,9 +31,14 @@ def upgrade() -> None:
         "WHERE embedding IS NULL AND search_text IS NOT NULL"
     )
     op.execute("CREATE INDEX passages_unembedded ON passages (id) WHERE embedding IS NULL")
+    # The turns next to a hit, found in one short index scan each (core.memory.search).
+    op.execute(
+        "CREATE INDEX messages_agent_order ON messages (agent_id, id) WHERE search_text IS NOT NULL"
+    )
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX messages_agent_order")
     op.execute("DROP INDEX passages_unembedded")
     op.execute("DROP INDEX messages_unembedded")
     op.execute("DROP INDEX messages_embedding")
