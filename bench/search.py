@@ -3,12 +3,15 @@
     python bench/search.py [--rows 100000] [--dim 1536] [--queries 50]
 
 Loads, for one agent, --rows messages (generated English chat lines spread over --days) and
---rows archival passages with random unit vectors of --dim dimensions; other agents get the
-same numbers again between them, so every query has to filter to its agent. Then times the
-product's own search functions (`core.memory.search`): `recall_search` with natural-language
-questions, `recall_by_date` over 1-7 day ranges, `archival_search` with an embedding (the
-HNSW index; EXPLAIN shows whether `passages_embedding` is used) and `archival_search` by key
-words (embedding=None). Pages 1 and 3, --page-size results each.
+--rows archival passages, both with random unit vectors of --dim dimensions; other agents get
+the same numbers again between them, so every query has to filter to its agent. Then times
+the product's own search functions (`core.memory.search`): `recall_search` with
+natural-language questions and a query vector (full text and HNSW fused, the turns next to
+the best hits ranked too), the same by key words only, `recall_by_date` over 1-7 day ranges,
+`archival_search` with words and a vector, with a vector alone (EXPLAIN shows whether
+`passages_embedding` is used) and by key words (embedding=None). Pages 1 and 3,
+--page-size results each. The query vector is given: the time to embed a query (about 2-15
+ms with the local model, see bench/README.md) is not included.
 
 Bulk load: indexes on the two tables are dropped, rows go in with COPY (text) and one
 INSERT ... SELECT (vectors made by the server), then the same indexes are rebuilt from their
@@ -154,6 +157,17 @@ async def load(
         await raw.copy_records_to_table("staging", records=staging)
         await raw.execute("SELECT setseed($1)", (args.seed % 1000) / 1000)
         await watch.time(
+            f"UPDATE {len(records):,} messages with random unit vectors ({args.dim} dims)",
+            raw.execute(
+                """
+                UPDATE messages SET embedding = l2_normalize(ARRAY(
+                    SELECT random_normal() FROM generate_series(1, $1) WHERE messages.id >= 0
+                )::vector)
+                """,
+                args.dim,
+            ),
+        )
+        await watch.time(
             f"INSERT {len(staging):,} passages with random unit vectors ({args.dim} dims)",
             raw.execute(
                 """
@@ -269,6 +283,12 @@ async def main() -> None:
         def recall(q: str) -> Search:
             return lambda s, page: recall_search(s, target, q, page, size)
 
+        def hybrid_recall(q: str, v: list[float]) -> Search:
+            return lambda s, page: recall_search(s, target, q, page, size, None, v)
+
+        def hybrid_archival(q: str, v: list[float]) -> Search:
+            return lambda s, page: archival_search(s, target, q, v, page, size)
+
         def by_date(r: tuple[date, date]) -> Search:
             return lambda s, page: recall_by_date(s, target, r[0], r[1], "UTC", page, size)
 
@@ -278,11 +298,14 @@ async def main() -> None:
         def keywords(q: str) -> Search:
             return lambda s, page: archival_search(s, target, q, None, page, size)
 
+        pairs = list(zip(questions, vectors, strict=True))
         kinds = [
-            ("recall_search (key words)", [recall(q) for q in questions]),
+            ("recall_search (words + embedding)", [hybrid_recall(q, v) for q, v in pairs]),
+            ("recall_search (key words only)", [recall(q) for q in questions]),
             ("recall_by_date (1-7 days)", [by_date(r) for r in ranges]),
-            ("archival_search (embedding)", [nearest(v) for v in vectors]),
-            ("archival_search (key words)", [keywords(q) for q in questions]),
+            ("archival_search (words + embedding)", [hybrid_archival(q, v) for q, v in pairs]),
+            ("archival_search (embedding, no words)", [nearest(v) for v in vectors]),
+            ("archival_search (key words only)", [keywords(q) for q in questions]),
         ]
         rows = []
         for label, searches in kinds:

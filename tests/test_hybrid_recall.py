@@ -1,0 +1,177 @@
+"""Recall by key words and meaning: messages get vectors after the turn commits, searches
+fuse full text and vectors, names stay out of the query, pages and dates are kept.
+
+The embedder here is the fake endpoint's bag of words (16 numbers): what is tested is the
+mechanics. tests/test_local_embedder.py runs the real local model end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+
+from core.config import EngineConfig
+from core.directory import ensure_agent
+from core.errors import EmbeddingError
+from core.events import EventKind, InboundEvent
+from core.memory.embeddings import EmbeddingWorker, embed_missing
+from core.memory.search import archival_search, recall_search
+from core.memory.store import AgentStore
+from tests.fake_openai import calls, embed_text, say, tool_call
+from tests.test_functions import script, shown_results
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+
+
+class BagOfWords:
+    """The fake endpoint's embedding, in process; records what it was asked to embed."""
+
+    def __init__(self, dim: int = 16) -> None:
+        self.dim = dim
+        self.asked: list[str] = []
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        self.asked += texts
+        return [embed_text(t, self.dim) for t in texts]
+
+
+class Gated(BagOfWords):
+    """Waits for `gate` before answering: a slow embedding model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        await self.gate.wait()
+        return await super().embed(texts)
+
+
+class Broken(BagOfWords):
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        raise EmbeddingError("the embedding endpoint went away")
+
+
+async def vectors(sessions) -> tuple[int, int]:
+    """(messages with search text, how many of them have a vector)."""
+    async with sessions() as session:
+        row = (
+            await session.execute(
+                text(
+                    "SELECT count(*) AS n, count(embedding) AS v FROM messages "
+                    "WHERE search_text IS NOT NULL"
+                )
+            )
+        ).one()
+    return row.n, row.v
+
+
+def talk(engine, scope, words: str):
+    return engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, words))
+
+
+async def test_the_reply_never_waits_for_embeddings_and_they_follow_the_commit(
+    make_engine_for, sessions, fake
+):
+    engine = make_engine_for()
+    slow = Gated()
+    engine.embeddings = EmbeddingWorker(sessions, slow)
+    scope = await engine.agent("t", "ana")
+    async with engine.embeddings:
+        exchange = await asyncio.wait_for(talk(engine, scope, "my puppy is called Rex"), 10)
+        assert exchange.replies == ["You said: my puppy is called Rex"]
+        assert await vectors(sessions) == (2, 0)  # stored and answered, no vector yet
+        slow.gate.set()
+        await asyncio.wait_for(engine.embeddings.settled(), 10)
+        assert await vectors(sessions) == (2, 2)
+        assert "my puppy is called Rex" in slow.asked
+
+
+async def test_a_failed_pass_loses_nothing_and_the_catch_up_fills_the_gaps(
+    make_engine_for, sessions
+):
+    engine = make_engine_for()
+    engine.embeddings = EmbeddingWorker(sessions, Broken())
+    scope = await engine.agent("t", "ana")
+    async with engine.embeddings:
+        for words in ("I like tea", "and long walks"):
+            assert (await talk(engine, scope, words)).replies
+        await asyncio.wait_for(engine.embeddings.settled(), 10)
+    assert await vectors(sessions) == (4, 0)
+    # After a restart, the worker's first pass embeds what is missing.
+    async with EmbeddingWorker(sessions, BagOfWords()) as worker:
+        await asyncio.wait_for(worker.settled(), 10)
+    assert await vectors(sessions) == (4, 4)
+
+
+async def _agent_with(sessions, lines, name=None):
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "t", "u", EngineConfig(), name)
+        store = AgentStore(session, scope)
+        for i, (role, words) in enumerate(lines):
+            await store.append(T0 + timedelta(hours=i), role=role, content=words, search_text=words)
+    await embed_missing(sessions, BagOfWords())
+    return scope
+
+
+async def test_the_turn_after_a_matching_question_is_found_though_it_shares_no_word(sessions):
+    filler = [("user", f"note {i}: the name of street {i} is on the map") for i in range(120)]
+    lines = filler + [
+        ("user", "we got a puppy! what name should the puppy get?"),
+        ("assistant", "Rex, after your grandfather"),
+    ]
+    scope = await _agent_with(sessions, lines)
+    query = "puppy name"
+    async with sessions() as session:
+        hybrid = await recall_search(session, scope, query, 1, 50, None, embed_text(query, 16))
+        words = await recall_search(session, scope, query, 1, 200)
+    texts = [hit.text for hit in hybrid.hits]
+    assert texts[0] == "we got a puppy! what name should the puppy get?"
+    assert "Rex, after your grandfather" in texts
+    assert "Rex, after your grandfather" not in [hit.text for hit in words.hits]
+
+
+async def test_conversation_search_leaves_names_out_and_shows_pages_and_dates(
+    make_engine_for, sessions, fake
+):
+    engine = make_engine_for(embeddings=True)
+    scope = await engine.agent("t", "u1", "Ana")
+    for n in range(6):
+        await talk(engine, scope, f"I planted tulips in bed {n}")
+    await embed_missing(sessions, engine.mind.embedder)
+    fake.embedding_requests.clear()
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("conversation_search", query="Ana's tulips")),
+        calls(tool_call("conversation_search", query="Companion tulips", page=2)),
+        say("Six beds of tulips."),
+    )
+    await talk(engine, scope, "what did I plant?")
+
+    asked = [r["input"] for r in fake.embedding_requests]
+    assert asked == [["tulips"], ["tulips"]]  # the member's and the agent's names left out
+    first, second = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    assert re.match(r"Showing messages: page 1 of \d+ \(\d+ results\)\.", first)
+    assert second.startswith("Showing messages: page 2 of ")
+    hits = [line for line in first.splitlines() if line.startswith("- [")]
+    assert len(hits) == 5
+    assert all(re.match(r"- \[\d{4}-\d\d-\d\d \d\d:\d\d (user|assistant)\] ", h) for h in hits)
+    assert "what did I plant" not in first + second  # the question itself is not a result
+
+
+async def test_archival_search_fuses_words_and_meaning(sessions):
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "t", "u", EngineConfig())
+        store = AgentStore(session, scope)
+        for i in range(30):
+            note = f"recipe {i}: soup with leeks" if i % 3 else f"chess opening {i}"
+            await store.add_passage(note, T0, "agent", None)
+    await embed_missing(sessions, BagOfWords())  # the catch-up embeds passages too
+    async with sessions() as session:
+        query = "chess opening"
+        page = await archival_search(session, scope, query, embed_text(query, 16), 1, 5)
+    assert page.pages >= 2 and page.total >= 10
+    assert all("chess" in hit.text for hit in page.hits)

@@ -1,0 +1,98 @@
+"""The default embedder, for real: the int8 MiniLM model in this process, from the installed
+wheels, end to end through a conversation and `conversation_search`.
+
+The one test file that loads the model (about a second); every other test uses the fake
+endpoint's embeddings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+
+import openai
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from bot.database import make_engine, migrate
+from core.config import EngineConfig
+from core.events import EventKind, InboundEvent
+from core.llm import OpenAIChat
+from core.local_embedder import LOCAL_DIMENSION, LocalEmbedder
+from core.memory.embeddings import EmbeddingWorker
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.runtime.engine import Engine
+from tests.fake_openai import calls, default_brain, say, tool_call
+from tests.test_functions import script, shown_results
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+async def test_vectors_are_unit_length_and_close_in_meaning(local):
+    puppy, dog, taxes = await local.embed(
+        ["my puppy Rex", "what was the name of my dog?", "filing the tax return"]
+    )
+    assert len(puppy) == LOCAL_DIMENSION
+    assert math.isclose(math.sqrt(cosine(puppy, puppy)), 1.0, abs_tol=1e-3)
+    assert cosine(puppy, dog) > cosine(puppy, taxes) + 0.2
+    # a batch gives each text the vector it gets alone (sorting by length is internal)
+    alone = (await local.embed(["filing the tax return"]))[0]
+    assert cosine(alone, taxes) > 0.999
+    assert await local.embed([]) == []
+
+
+@pytest.fixture
+async def sessions_384(pg_url):
+    name = f"t{os.getpid()}_local"
+    admin = make_engine(pg_url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+        await conn.execute(text(f"CREATE SCHEMA {name}"))
+    engine = make_engine(pg_url, schema=name)
+    await migrate(engine, LOCAL_DIMENSION)
+    yield async_sessionmaker(engine, expire_on_commit=False)
+    await engine.dispose()
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP SCHEMA {name} CASCADE"))
+    await admin.dispose()
+
+
+async def test_a_dog_asked_about_months_later_is_found_by_meaning(local, sessions_384, fake, clock):
+    async with openai.AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0) as client:
+        mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig(), local)
+        worker = EmbeddingWorker(sessions_384, local)
+        engine = Engine(sessions_384, mind, clock, worker)
+        scope = await engine.agent("t", "ana", "Ana")
+        fake.brain = default_brain
+        async with worker:
+            for words in (
+                "my puppy Rex chewed my slippers again",
+                "work was busy, the quarterly report is due",
+                "I am learning to bake sourdough bread",
+                "the weather is rainy this week",
+            ):
+                await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, words))
+                clock.advance(days=40)
+            await asyncio.wait_for(worker.settled(), 60)
+            fake.requests.clear()
+            fake.brain = script(
+                calls(tool_call("conversation_search", query="what was the name of my dog?")),
+                say("Rex!"),
+            )
+            await engine.converse(
+                scope, InboundEvent(EventKind.USER_MESSAGE, "do you remember my dog's name?")
+            )
+    shown = shown_results(fake.chat_requests[1])[0]
+    hits = [line for line in shown.splitlines() if line.startswith("- [")]
+    assert "my puppy Rex chewed my slippers again" in hits[0]
+    assert shown.startswith("Showing messages: page 1 of ")

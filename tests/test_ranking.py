@@ -1,0 +1,39 @@
+"""Pure ranking decisions: fusion of ranked lists, and names left out of a query."""
+
+from core.memory.ranking import agent_name, clean_query, fuse
+
+
+def test_a_row_found_by_both_rankings_rises_above_rows_found_by_one():
+    by_words = [1, 2, 3]
+    by_meaning = [4, 3, 5]
+    fused = fuse([by_words, by_meaning])
+    assert fused[0] == 3  # third and second: beats any single first place
+    assert set(fused) == {1, 2, 3, 4, 5}
+
+
+def test_a_weight_below_one_keeps_a_list_behind_the_main_ones():
+    main = [10, 11]
+    neighbours = [20, 21]
+    fused = fuse([main, main, neighbours], [1.0, 1.0, 0.5])
+    assert fused == [10, 11, 20, 21]
+    assert fuse([[1], [2]], [1.0, 2.0])[0] == 2
+
+
+def test_the_names_of_the_member_and_the_agent_leave_the_query():
+    names = ["Caroline", "Melanie"]
+    assert clean_query("What did Caroline research?", names) == "What did research?"
+    assert clean_query("When did Melanie's kids visit caroline", names) == "When did kids visit"
+    assert clean_query("Ana Lucia's dog", ["Ana Lucia"]) == "dog"
+    # a word that only contains a name is kept
+    assert clean_query("Anaheim trip", ["Ana"]) == "Anaheim trip"
+
+
+def test_a_query_that_is_only_names_is_kept():
+    assert clean_query("Caroline?", ["Caroline"]) == "Caroline?"
+    assert clean_query("anything", []) == "anything"
+
+
+def test_the_agent_is_named_by_its_persona():
+    assert agent_name("I am Companion, a warm friend.") == "Companion"
+    assert agent_name("Hi. My name is Sam and I like tea.") == "Sam"
+    assert agent_name("A friendly helper.") is None
