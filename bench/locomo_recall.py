@@ -38,13 +38,12 @@ import asyncio
 import json
 import math
 import pickle
-import re
 import statistics
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,115 +63,24 @@ from bench.common import (
     stats_ms,
     table,
 )
+from bot.eval.locomo import (
+    CATEGORIES,
+    EvidenceLog,
+    import_conversation,
+    parse_evidence,
+    persona_of,
+    read_samples,
+)
 from core.config import EngineConfig
-from core.directory import ensure_agent
 from core.local_embedder import LocalEmbedder
 from core.memory.embeddings import embed_missing
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tools import ToolContext, find_messages
-from core.models import Block, Message
 from core.ports import Embedder
 from core.scope import Scope
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
-# The usual reading of LoCoMo's category numbers.
-CATEGORIES = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
-}
-EVIDENCE_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
-
-
-@dataclass
-class EvidenceLog:
-    entries: int = 0
-    clean: int = 0
-    repaired: list[str] = field(default_factory=list)
-    unparseable: list[str] = field(default_factory=list)
-    unknown: list[str] = field(default_factory=list)  # well formed, but no such turn
-    no_evidence: int = 0  # questions left out: nothing usable
-
-
-def parse_evidence(raw: list[str], known: set[str], log: EvidenceLog) -> set[str]:
-    gold: set[str] = set()
-    for entry in raw:
-        log.entries += 1
-        ids = [f"D{a}:{b}" for a, b in EVIDENCE_ID.findall(entry)]
-        if not ids:
-            log.unparseable.append(entry)
-            continue
-        if ids != [entry]:
-            log.repaired.append(f"{entry!r} -> {', '.join(ids)}")
-        else:
-            log.clean += 1
-        for dia_id in ids:
-            if dia_id in known:
-                gold.add(dia_id)
-            else:
-                log.unknown.append(dia_id)
-    return gold
-
-
-def parse_when(value: str) -> datetime:
-    """LoCoMo's session dates, e.g. '1:56 pm on 8 May, 2023'."""
-    return datetime.strptime(value.strip(), "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
-
-
-def turns_of(conversation: dict[str, Any]) -> list[tuple[dict[str, Any], datetime]]:
-    """Every turn with its time, session by session in order."""
-    numbers = sorted(
-        int(key.split("_")[1])
-        for key, value in conversation.items()
-        if re.fullmatch(r"session_\d+", key) and isinstance(value, list)
-    )
-    turns = []
-    for n in numbers:
-        start = parse_when(conversation[f"session_{n}_date_time"])
-        for i, turn in enumerate(conversation[f"session_{n}"]):
-            turns.append((turn, start + timedelta(minutes=i)))
-    return turns
-
-
-def turn_text(turn: dict[str, Any]) -> str:
-    words = turn["text"]
-    if turn.get("blip_caption"):
-        words += f" [shares a photo: {turn['blip_caption']}]"
-    return words
-
-
-async def load_conversation(
-    session: AsyncSession, sample: dict[str, Any]
-) -> tuple[Scope, dict[int, str]]:
-    conversation = sample["conversation"]
-    scope = await ensure_agent(
-        session, "locomo", sample["sample_id"], EngineConfig(), conversation["speaker_a"]
-    )
-    persona = await session.get(Block, (scope.agent_id, "persona"))
-    assert persona is not None
-    persona.value = f"I am {conversation['speaker_b']}, a friend of {conversation['speaker_a']}."
-    messages = []
-    for turn, when in turns_of(conversation):
-        words = turn_text(turn)
-        role = "user" if turn["speaker"] == conversation["speaker_a"] else "assistant"
-        messages.append(
-            Message(
-                tenant_id=scope.tenant_id,
-                agent_id=scope.agent_id,
-                role=role,
-                content=words,
-                search_text=words,
-                in_context=False,
-                created_at=when,
-            )
-        )
-    session.add_all(messages)
-    await session.flush()
-    dia_ids = [turn["dia_id"] for turn, _ in turns_of(conversation)]
-    return scope, {m.id: d for m, d in zip(messages, dia_ids, strict=True)}
 
 
 class CachedEmbedder:
@@ -201,9 +109,10 @@ class CachedEmbedder:
             self.path.write_bytes(pickle.dumps(self.vectors))
 
 
-def names_of(session_scope: tuple[dict[str, Any], Scope]) -> tuple[str, ...]:
-    conversation = session_scope[0]["conversation"]
-    persona = f"I am {conversation['speaker_b']}, a friend of {conversation['speaker_a']}."
+def names_of(sample: dict[str, Any]) -> tuple[str, ...]:
+    """The names conversation_search leaves out: the member's, and the one the persona gives."""
+    conversation = sample["conversation"]
+    persona = persona_of(conversation)
     return tuple(n for n in (conversation["speaker_a"], agent_name(persona)) if n)
 
 
@@ -286,17 +195,6 @@ class Scores:
         return out
 
 
-def pick(samples: list[dict[str, Any]], spec: str | None) -> list[dict[str, Any]]:
-    """Conversations by position: "0-4", "5-9" or "0,2,4"; all when not given."""
-    if not spec:
-        return samples
-    chosen: list[int] = []
-    for part in spec.split(","):
-        first, _, last = part.partition("-")
-        chosen += range(int(first), int(last or first) + 1)
-    return [samples[i] for i in chosen]
-
-
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="locomo JSON file")
@@ -309,7 +207,7 @@ async def main() -> None:
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
     args = parser.parse_args()
     ks = sorted(int(k) for k in args.k.split(","))
-    samples = pick(json.loads(args.data.read_text()), args.conversations)
+    samples = read_samples(args.data, args.conversations)
     host = machine()
     embedder = (
         CachedEmbedder(LocalEmbedder(), args.vectors_cache) if args.embedder == "local" else None
@@ -325,7 +223,7 @@ async def main() -> None:
         loaded = []
         for sample in samples:
             async with sessions() as session, session.begin():
-                loaded.append(await load_conversation(session, sample))
+                loaded.append(await import_conversation(session, sample, tenant="locomo"))
         embed_start = time.perf_counter()
         if embedder is not None:
             await embed_missing(sessions, embedder)
@@ -346,7 +244,7 @@ async def main() -> None:
                     EngineConfig(page_size=max(ks)),
                     datetime.now(UTC),
                     embedder=embedder,
-                    names=names_of((sample, scope)),
+                    names=names_of(sample),
                 )
                 for qa in sample["qa"]:
                     gold = parse_evidence(qa.get("evidence") or [], known, evidence)

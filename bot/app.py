@@ -46,6 +46,7 @@ class App:
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
+    client: openai.AsyncOpenAI  # the endpoint, for other models on it (an eval's judge)
 
 
 def _client(settings: Settings) -> openai.AsyncOpenAI:
@@ -103,7 +104,16 @@ async def open_app(
         )
         async with worker or nullcontext():
             yield App(
-                settings, sessions, engine, members, community, access, embedder, held_dim, metrics
+                settings,
+                sessions,
+                engine,
+                members,
+                community,
+                access,
+                embedder,
+                held_dim,
+                metrics,
+                client,
             )
 
 

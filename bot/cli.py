@@ -11,6 +11,7 @@
     companion openers list [--due]
     companion tick [--now ISO-8601]
     companion doctor
+    companion eval TASK --data PATH [--judge-model M] [--output FILE]
 
 Errors a person can fix are one line on stderr and exit status 2, never a traceback.
 """
@@ -34,6 +35,8 @@ from sqlalchemy.exc import DBAPIError
 from bot.app import App, open_app
 from bot.chat import run_chat
 from bot.doctor import run_doctor
+from bot.eval.runner import add_parser as add_eval_parser
+from bot.eval.runner import run_eval
 from bot.observability import configure_logging, log_options, redact
 from bot.operator import list_openers, parse_now, run_tick
 from bot.progress import Progress
@@ -53,6 +56,7 @@ examples:
   companion doctor                                 check a deployment before `run`
   companion export --tenant slack:T012 --user U34 -o ana.json
   companion openers list --due
+  companion eval locomo-recall --data locomo10.json  memory quality on the paper's tasks
 """
 
 
@@ -125,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
     reembed_cmd.add_argument("--missing", action="store_true", help="only rows without one")
+    add_eval_parser(commands)
     return parser
 
 
@@ -314,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         configure_logging(*log_options(os.environ, args.command))
         settings = Settings.from_env(os.environ)
+        if args.command == "eval":
+            return asyncio.run(run_eval(settings, args))
         return asyncio.run(_run(args, settings))
     except CompanionError as error:
         print(f"companion: {error}", file=sys.stderr)
