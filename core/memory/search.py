@@ -45,33 +45,45 @@ class Page:
     total: int
 
 
-# Ranked keyword search over one table's `tsv`; `{table}` and `{filter}` are fixed strings.
-# MATERIALIZED: inlined, a stale row estimate made Postgres rerun the corpus count per row.
+# Ranked keyword search over one table's `tsv`; `{table}`, `{filter}` and `{corpus}` are fixed
+# strings. The agent's rows holding any of the words are read once (`matches`, one bitmap scan
+# of the GIN index for the OR of the words); document frequencies and scores are computed
+# from them in memory, and only the page's rows are fetched again. The corpus size counts the
+# agent's rows in a partial index, so it is an index-only scan. MATERIALIZED: inlined, a stale
+# row estimate once made Postgres rerun the corpus count per row.
 _KEYWORD_SQL = """
 WITH terms AS MATERIALIZED (
     SELECT DISTINCT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tq
     FROM unnest(tsvector_to_array(to_tsvector('english', :query))) AS lexeme
 ),
+matches AS MATERIALIZED (
+    SELECT r.id, r.tsv FROM {table} r
+    WHERE r.tenant_id = :tenant AND r.agent_id = :agent {filter}
+      AND r.tsv @@ (
+          SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) FROM terms
+      )
+),
 corpus AS MATERIALIZED (
     SELECT count(*) AS n FROM {table} r
-    WHERE r.tenant_id = :tenant AND r.agent_id = :agent {filter}
+    WHERE r.tenant_id = :tenant AND r.agent_id = :agent {corpus}
 ),
 weights AS MATERIALIZED (
-    SELECT t.tq, ln(1 + (corpus.n - count(r.id) + 0.5) / (count(r.id) + 0.5)) AS idf
-    FROM terms t CROSS JOIN corpus
-    JOIN {table} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.tsv @@ t.tq {filter}
+    SELECT t.tq, ln(1 + (corpus.n - count(m.id) + 0.5) / (count(m.id) + 0.5)) AS idf
+    FROM terms t CROSS JOIN corpus JOIN matches m ON m.tsv @@ t.tq
     GROUP BY t.lexeme, t.tq, corpus.n
 ),
-scored AS (
-    SELECT r.id, sum(w.idf) / (1 + 0.1 * ln(1 + length(r.tsv))) AS score
-    FROM weights w
-    JOIN {table} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.tsv @@ w.tq {filter}
-    GROUP BY r.id, r.tsv
+scored AS MATERIALIZED (
+    SELECT m.id, sum(w.idf) / (1 + 0.1 * ln(1 + length(m.tsv))) AS score
+    FROM matches m JOIN weights w ON m.tsv @@ w.tq
+    GROUP BY m.id, m.tsv
+),
+best AS (
+    SELECT id, score FROM scored ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
 )
-SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at, count(*) OVER () AS total
-FROM scored s JOIN {table} r ON r.id = s.id
-ORDER BY s.score DESC, r.id DESC
-LIMIT :limit OFFSET :offset
+SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at,
+       (SELECT count(*) FROM scored) AS total
+FROM best JOIN {table} r ON r.id = best.id
+ORDER BY best.score DESC, r.id DESC
 """
 
 
@@ -227,12 +239,15 @@ def _columns(table: str) -> dict[str, str]:
         return {
             "table": "messages",
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
+            # the predicate of the partial index messages_agent_order (migration 0011)
+            "corpus": "AND r.search_text IS NOT NULL",
             "text_col": "r.search_text",
             "kind_col": "r.role",
         }
     return {
         "table": "passages",
         "filter": "",
+        "corpus": "",
         "text_col": "r.text",
         "kind_col": "coalesce(r.source, '')",
     }

@@ -4,7 +4,7 @@
 has), with an HNSW index for cosine distance. Rows start without a vector: the engine's
 embedding worker fills them after their turn commits, and the partial indexes on rows still
 waiting (messages and passages) keep that catch-up cheap. `messages_agent_order` finds
-the turns next to a hit.
+the turns next to a hit and counts an agent's searchable messages (an index-only scan).
 
 Revision ID: 0011
 Revises: 0006
@@ -33,7 +33,8 @@ def upgrade() -> None:
     op.execute("CREATE INDEX passages_unembedded ON passages (id) WHERE embedding IS NULL")
     # The turns next to a hit, found in one short index scan each (core.memory.search).
     op.execute(
-        "CREATE INDEX messages_agent_order ON messages (agent_id, id) WHERE search_text IS NOT NULL"
+        "CREATE INDEX messages_agent_order ON messages (tenant_id, agent_id, id) "
+        "WHERE search_text IS NOT NULL"
     )
 
 
