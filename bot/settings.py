@@ -87,16 +87,15 @@ def _secret(raw: str | None) -> str | None:
 
 
 def _embedding_dim(env: Mapping[str, str]) -> int:
-    """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one."""
-    model = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
+    """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one.
+
+    Without COMPANION_EMBEDDING_MODEL the setting is checked but not used: the local model has
+    one size, and deployments configured for key words only (an old .env with 1536) must keep
+    starting. `companion doctor` says so.
+    """
     dim = _int(env, "COMPANION_EMBEDDING_DIM", None)
-    if model:
+    if env.get("COMPANION_EMBEDDING_MODEL", "").strip():
         return dim or 1536
-    if dim not in (None, LOCAL_DIMENSION):
-        raise ConfigError(
-            f"COMPANION_EMBEDDING_DIM={dim} needs COMPANION_EMBEDDING_MODEL: without it the "
-            f"local embedding model is used, which gives {LOCAL_DIMENSION} dimensions"
-        )
     return LOCAL_DIMENSION
 
 

@@ -22,7 +22,7 @@ from core.local_embedder import LocalEmbedder
 from core.members.reembed import change_dimension, reembed
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
-from tests.conftest import cli_env
+from tests.conftest import cli_env, companion
 from tests.fake_openai import embed_text
 from tests.test_hybrid_recall import BagOfWords
 
@@ -43,8 +43,10 @@ def test_the_local_model_is_the_default_and_its_size_is_fixed():
     assert Settings.from_env({"COMPANION_EMBEDDING_MODEL": "m"}).embedding_dim == 1536
     both = {"COMPANION_EMBEDDING_MODEL": "m", "COMPANION_EMBEDDING_DIM": "256"}
     assert Settings.from_env(both).embedding_dim == 256
-    with pytest.raises(ConfigError, match="COMPANION_EMBEDDING_DIM=16 needs COMPANION_EMBEDDING"):
-        Settings.from_env({"COMPANION_EMBEDDING_DIM": "16"})
+    # an old key-words-only .env (DIM=1536, no model) keeps starting: the local size wins
+    assert Settings.from_env({"COMPANION_EMBEDDING_DIM": "1536"}).embedding_dim == 384
+    with pytest.raises(ConfigError, match="COMPANION_EMBEDDING_DIM must be a whole number"):
+        Settings.from_env({"COMPANION_EMBEDDING_DIM": "many"})
 
 
 async def held(sessions) -> tuple[str, str, str]:
@@ -124,3 +126,17 @@ async def test_a_new_size_covers_messages_and_search_keeps_working(sessions):
         page = await recall_search(session, scope, "lemon", 1, 5, None, embed_text("lemon", 24))
     assert page.hits and page.hits[0].text == "tea with lemon"
     assert await reembed(sessions, BagOfWords(24), only_missing=True) == 0
+
+
+async def test_doctor_names_the_fix_for_vectors_of_another_size(fake, pg_url, schema, sessions):
+    env = cli_env(fake, pg_url, schema)
+    for name in ("COMPANION_EMBEDDING_MODEL", "COMPANION_EMBEDDING_DIM"):
+        env.pop(name)
+    await stored_message(sessions, None)
+    fresh = await companion(env, "doctor")
+    assert "ok   pgvector" in fresh.out and "take the embedder's 384 at the next start" in fresh.out
+    assert "ok   local embedding model: all-MiniLM-L6-v2" in fresh.out
+    await stored_message(sessions, embed_text("tea", 16))
+    held = await companion(env, "doctor")
+    line = next(x for x in held.out.splitlines() if "pgvector" in x)
+    assert line.startswith("FAIL") and "run `companion reembed --dim 384`" in line

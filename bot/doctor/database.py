@@ -99,6 +99,22 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
     if held is None or int(held) == settings.embedding_dim:
         results.append(ok(f"pgvector {version}; embeddings of {settings.embedding_dim} dimensions"))
+    elif not await _holds_vectors(connection):
+        results.append(
+            ok(
+                f"pgvector {version}; no vector stored yet: the {held}-dimension columns take "
+                f"the embedder's {settings.embedding_dim} at the next start"
+            )
+        )
+    elif not settings.embedding_model:
+        results.append(
+            fail(
+                f"pgvector {version}; the database holds {held}-dimension embeddings and the "
+                f"local embedding model gives {settings.embedding_dim}: run `companion reembed "
+                f"--dim {settings.embedding_dim}`, or set COMPANION_EMBEDDING_MODEL (and "
+                f"COMPANION_EMBEDDING_DIM={held}) back to the model that made them"
+            )
+        )
     else:
         results.append(
             fail(
@@ -108,6 +124,23 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
             )
         )
     return results
+
+
+async def _holds_vectors(connection: AsyncConnection) -> bool:
+    """Whether any message or passage has a vector (messages have none before 0012)."""
+    for table in ("messages", "passages"):
+        has_column = await connection.scalar(
+            text(
+                "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "
+                "current_schema() AND table_name = :t AND column_name = 'embedding')"
+            ),
+            {"t": table},
+        )
+        if has_column and await connection.scalar(
+            text(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE embedding IS NOT NULL)")
+        ):
+            return True
+    return False
 
 
 async def _wall(connection: AsyncConnection) -> Result:

@@ -8,7 +8,8 @@ from bot.doctor.results import TIMEOUT, Result, fail, ok
 from bot.doctor.results import why as _why
 from bot.observability import redact
 from bot.settings import Settings
-from core.errors import CompanionError
+from core.errors import CompanionError, EmbeddingError
+from core.local_embedder import LOCAL_MODEL, LocalEmbedder
 
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -52,9 +53,23 @@ async def check_model(settings: Settings) -> list[Result]:
             results = [ok(f"model: {model} answers at {where}")]
         except Exception as error:
             results = [fail(_model_problem(error, where, model, "model"))]
-        if settings.embedding_model:
+        if settings.embedding_model and settings.embedding_model.lower() != "none":
             results.append(await _check_embeddings(client, settings, where))
+    results.append(await _check_local_embedder(settings))
     return results
+
+
+async def _check_local_embedder(settings: Settings) -> Result:
+    """The built-in model loads from the installed wheels (only when it is the embedder)."""
+    if settings.embedding_model:
+        if settings.embedding_model.lower() == "none":
+            return ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")
+        return ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")
+    try:
+        size = len((await LocalEmbedder().embed(["ok"]))[0])
+    except EmbeddingError as error:
+        return fail(f"local embedding model: {error}")
+    return ok(f"local embedding model: {LOCAL_MODEL} gives {size} dimensions")
 
 
 async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:
