@@ -36,9 +36,12 @@ def upgrade() -> None:
         "CREATE INDEX messages_agent_order ON messages (tenant_id, agent_id, id) "
         "WHERE search_text IS NOT NULL"
     )
+    # The same count for archival search (passages_agent lacks the tenant: heap visits).
+    op.execute("CREATE INDEX passages_agent_order ON passages (tenant_id, agent_id, id)")
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX passages_agent_order")
     op.execute("DROP INDEX messages_agent_order")
     op.execute("DROP INDEX passages_unembedded")
     op.execute("DROP INDEX messages_unembedded")
