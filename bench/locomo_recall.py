@@ -239,7 +239,7 @@ async def main() -> None:
                 bm25 = BM25(await lexemes_of_messages(session, scope))
                 mine = Scores()
                 ctx = ToolContext(
-                    AgentStore(session, scope),
+                    AgentStore(session, scope, EngineConfig().max_message_tokens),
                     {},
                     EngineConfig(page_size=max(ks)),
                     datetime.now(UTC),

@@ -67,7 +67,7 @@ async def held(sessions) -> tuple[str, str, str]:
 async def stored_message(sessions, vector: list[float] | None) -> None:
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())
-        message = await AgentStore(session, scope).append(
+        message = await AgentStore(session, scope, 2048).append(
             NOW, role="user", content="tea with lemon", search_text="tea with lemon"
         )
         if vector is not None:

@@ -110,7 +110,7 @@ async def test_a_failed_pass_loses_nothing_and_the_catch_up_fills_the_gaps(
 async def _agent_with(sessions, lines, name=None):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig(), name)
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         for i, (role, words) in enumerate(lines):
             await store.append(T0 + timedelta(hours=i), role=role, content=words, search_text=words)
     await embed_missing(sessions, BagOfWords())
@@ -165,7 +165,7 @@ async def test_conversation_search_leaves_names_out_and_shows_pages_and_dates(
 async def test_archival_search_fuses_words_and_meaning(sessions):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())
-        store = AgentStore(session, scope)
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
         for i in range(30):
             note = f"recipe {i}: soup with leeks" if i % 3 else f"chess opening {i}"
             await store.add_passage(note, T0, "agent", None)

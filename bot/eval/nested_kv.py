@@ -83,7 +83,7 @@ async def nested_kv(
     for level, number, kv, key, value in cases:
         async with sessions() as session, session.begin():
             scope = await ensure_agent(session, "eval-kv", f"L{level}-{number}", EngineConfig())
-            store = AgentStore(session, scope)
+            store = AgentStore(session, scope, engine.mind.config.max_message_tokens)
             for k, v in kv.items():
                 await store.add_passage(f'"{k}": "{v}"', engine.clock(), "kv")
         if engine.mind.embedder is not None:

@@ -56,7 +56,7 @@ async def locomo_recall(
         names = (conversation["speaker_a"], agent_name(persona_of(conversation)))
         async with sessions() as session:
             ctx = ToolContext(
-                AgentStore(session, scope),
+                AgentStore(session, scope, EngineConfig().max_message_tokens),
                 {},
                 EngineConfig(page_size=max(KS)),
                 datetime.now(UTC),
