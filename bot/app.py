@@ -22,9 +22,9 @@ from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.llm import OpenAIChat, OpenAIEmbedder
+from core.local_embedder import LocalEmbedder
 from core.members.access import Access
 from core.members.community import Community
-from core.local_embedder import LocalEmbedder
 from core.members.reembed import adopt_dimension
 from core.members.service import Members
 from core.memory.embeddings import EmbeddingWorker

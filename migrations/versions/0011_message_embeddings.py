@@ -7,7 +7,7 @@ waiting (messages and passages) keep that catch-up cheap. `messages_agent_order`
 the turns next to a hit and counts an agent's searchable messages (an index-only scan).
 
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-01
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
