@@ -239,7 +239,7 @@ def _columns(table: str) -> dict[str, str]:
         return {
             "table": "messages",
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
-            # the predicate of the partial index messages_agent_order (migration 0011)
+            # the predicate of the partial index messages_agent_order (migration 0012)
             "corpus": "AND r.search_text IS NOT NULL",
             "text_col": "r.search_text",
             "kind_col": "r.role",

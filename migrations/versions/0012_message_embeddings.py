@@ -6,16 +6,16 @@ embedding worker fills them after their turn commits, and the partial indexes on
 waiting (messages and passages) keep that catch-up cheap. `messages_agent_order` finds
 the turns next to a hit and counts an agent's searchable messages (an index-only scan).
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-01
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
