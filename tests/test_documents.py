@@ -12,6 +12,7 @@ from core.memory.search import archival_search
 from core.memory.tokens import TokenCounter
 from core.models import Passage
 from tests.fake_openai import calls, last, last_user_text, say, tool_call
+from tests.hostile.files import pdf, text_op
 from tests.pdfs import make_pdf
 
 
@@ -45,6 +46,15 @@ def test_refusals_say_why(name, data, says):
     with pytest.raises(UploadRejected) as error:
         extract_text(name, data)
     assert says in str(error.value)
+
+
+def test_a_page_of_drawing_with_a_little_text_is_read_and_a_page_of_strings_is_not():
+    drawing = b"0.5 0 0 0.5 10 10 cm 0 0 m 100 100 l S\n" * 60_000  # 2.4 MB, no text
+    (text,) = [extract_text("plan.pdf", pdf([drawing + text_op(b"the north bed")]))]
+    assert "the north bed" in text
+    shown = b"BT /F1 12 Tf " + b"<0041004200430044> Tj " * 220_000 + b"ET"  # 1.76 M bytes
+    with pytest.raises(UploadRejected, match="more text than I can keep"):
+        extract_text("codes.pdf", pdf([shown * 3]))
 
 
 def test_chunks_respect_the_token_bound_and_keep_everything():

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import logging
+import re
 from datetime import datetime
 from pathlib import PurePath
 from typing import Any
@@ -80,6 +81,33 @@ def _json_lines(value: Any, path: str = "") -> list[str]:
     return [f"{path}: {value}" if path else str(value)]
 
 
+# A string operand of a content stream: a literal "(...)" (escapes allowed; the innermost of
+# nested parentheses) or a hex string "<...>" (two digits a byte).
+_LITERAL = re.compile(rb"\([^()\\]*(?:\\.[^()\\]*)*\)", re.DOTALL)
+_HEX = re.compile(rb"<[0-9A-Fa-f\s]*>")
+
+
+def _string_bytes(page: Any) -> int:
+    """The bytes of the strings a page's content streams hold, found without parsing them.
+
+    Every character a page shows comes from these bytes, one or two of them a character with
+    the fonts of ordinary documents, so a page holding more than twice the characters still
+    allowed is refused before pypdf parses it: its parser reads a string a character at a
+    time, so a few KB that inflate to one huge string would otherwise cost seconds of CPU
+    (pypdf caps the inflating itself)."""
+    contents = page.get("/Contents")
+    if contents is None:
+        return 0
+    contents = contents.get_object()
+    streams = contents if isinstance(contents, list) else [contents]
+    total = 0
+    for stream in streams:
+        data = stream.get_object().get_data()
+        total += sum(len(m) for m in _LITERAL.findall(data))
+        total += sum(len(m) // 2 for m in _HEX.findall(data))
+    return total
+
+
 def _pdf_text(data: bytes, name: str) -> str:
     from pypdf import PdfReader
 
@@ -93,6 +121,8 @@ def _pdf_text(data: bytes, name: str) -> str:
             )
         pages, size = [], 0
         for page in reader.pages:
+            if _string_bytes(page) > 2 * (MAX_EXTRACTED_CHARS - size):
+                raise UploadRejected(f"{name} holds more text than I can keep at once")
             text = page.extract_text() or ""
             size += len(text)
             if size > MAX_EXTRACTED_CHARS:

@@ -217,14 +217,6 @@ async def test_engine_upload(eng, module_fake, module_sessions, name):
         assert module_fake.requests == []
 
 
-@xbug(
-    AssertionError,
-    "a 15 KB PDF whose one content stream inflates to 12 MB of text is refused only after "
-    "pypdf has parsed all of it, in the event loop (core/documents.py _pdf_text checks "
-    "MAX_EXTRACTED_CHARS after each whole page; Engine.upload runs extract_text "
-    "synchronously): ~6x the time of a legitimate document at the text limit here, ~17 s "
-    "at pypdf's 75 MB inflate cap, during which no member of any community is answered",
-)
 async def test_a_pdf_text_bomb_is_refused_in_about_the_time_of_a_legit_document(
     eng, module_sessions
 ):
