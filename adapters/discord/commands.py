@@ -273,6 +273,9 @@ def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any
 
     @app_commands.describe(setting="on: I may write to you first now and then; off: I only answer")
     async def openers(interaction: discord.Interaction, setting: Literal["on", "off"]) -> None:
+        if setting not in ("on", "off"):  # Discord sends only the choices; a stale client may not
+            await _say(interaction, "That didn't work: openers are `on` or `off`.")
+            return
         if await change(interaction, openers=setting == "on") is not None:
             what = "I may start a conversation now and then" if setting == "on" else "I only answer"
             await _say(interaction, f"Openers {setting}: {what}.")
