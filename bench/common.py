@@ -273,6 +273,7 @@ class InstantModel:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
         self.n += 1
         if not tools:  # the summarizer calls without tools

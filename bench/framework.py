@@ -82,10 +82,11 @@ class Timed:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
         start = time.perf_counter()
         try:
-            return await self.model.complete(messages, tools, max_tokens)
+            return await self.model.complete(messages, tools, max_tokens, cache_key)
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1

@@ -1,7 +1,7 @@
 """`companion chat`: the terminal front end.
 
 On a terminal it is interactive (line editing, /memory, /quit; --verbose shows the agent's
-inner monologue and function calls). Otherwise every input line is one user message,
+inner monologue, function calls, and each model call's tokens: prompt, cached, output). Otherwise every input line is one user message,
 handled in order, and only the agent's messages are written to stdout.
 """
 
@@ -40,6 +40,11 @@ def _trace(result: TurnResult | None, out: TextIO, color: bool) -> None:
         out.write(f"{dim}  [memory pressure warning issued]{reset}\n")
     if result.flushes:
         out.write(f"{dim}  [queue flushed {result.flushes}x: older messages summarised]{reset}\n")
+    for call in result.calls:
+        out.write(
+            f"{dim}  [{call.purpose} call: {call.prompt_tokens:,} prompt tokens "
+            f"({call.cached_tokens:,} cached), {call.completion_tokens:,} output]{reset}\n"
+        )
 
 
 async def _show_memory(members: Members, tenant: str, user: str, out: TextIO) -> None:

@@ -10,6 +10,7 @@
     companion link --tenant T (--user U | --admin)
     companion openers list [--due]
     companion tick [--now ISO-8601]
+    companion usage [--tenant T] [--days N]
     companion doctor
     companion eval TASK --data PATH [--judge-model M] [--output FILE]
 
@@ -42,6 +43,7 @@ from bot.operator import list_openers, parse_now, run_tick
 from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
+from bot.usage import usage_report
 from bot.web.serve import serve_web
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 from core.members.portability import parse_export
@@ -57,6 +59,7 @@ examples:
   companion export --tenant slack:T012 --user U34 -o ana.json
   companion openers list --due
   companion eval locomo-recall --data locomo10.json  memory quality on the paper's tasks
+  companion usage --days 30                        tokens and estimated cost per member
 """
 
 
@@ -119,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
 
     tick_cmd = commands.add_parser("tick", help="run one scheduler pass")
     tick_cmd.add_argument("--now", help="as if at this ISO-8601 time (default: now)")
+
+    usage = commands.add_parser(
+        "usage", help="tokens and estimated cost per tenant, member and day (UTC)"
+    )
+    usage.add_argument("--tenant", help="only this tenant, e.g. slack:<team id>")
+    usage.add_argument("--days", type=int, default=7, help="today and the days before (7)")
 
     commands.add_parser(
         "doctor", help="check the database, model endpoint and platform tokens; say what is wrong"
@@ -250,6 +259,11 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _usage(app: App, args: argparse.Namespace) -> int:
+    print("\n".join(await usage_report(app, args.tenant, args.days, app.engine.clock())))
+    return 0
+
+
 async def _serve(app: App, args: argparse.Namespace) -> int:
     return await run(app)
 
@@ -286,6 +300,7 @@ COMMANDS = {
     "import": _import,
     "reset": _reset,
     "reembed": _reembed,
+    "usage": _usage,
 }
 
 

@@ -171,6 +171,10 @@ COUNTERS: dict[Counter, tuple[str, tuple[str, ...]]] = {
     Counter.FLUSHES: ("Queue flushes: oldest messages summarised out of the prompt", ()),
     Counter.WARNINGS: ("Memory-pressure warnings given to agents", ()),
     Counter.PROMPT_TOKENS: ("Prompt tokens sent to the model", ()),
+    Counter.CACHED_TOKENS: (
+        "Prompt tokens the provider served from its prompt cache (part of prompt_tokens)",
+        (),
+    ),
     Counter.COMPLETION_TOKENS: ("Completion tokens received from the model", ()),
     Counter.LIMITED: ("Events refused by a rate limit or token budget", ("reason",)),
 }

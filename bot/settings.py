@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from core.config import FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
 from core.local_embedder import LOCAL_DIMENSION
+from core.prices import Price, parse_prices, price_for
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
@@ -32,6 +33,21 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 
 
 def _text(env: Mapping[str, str], name: str) -> str | None:
     return env.get(name, "").strip() or None
+
+
+def _dollars(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "").strip().lstrip("$")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{name} must be an amount in US dollars, e.g. 2.50, got {raw!r}"
+        ) from None
+    if not value > 0:
+        raise ConfigError(f"{name} must be more than 0, got {raw!r}")
+    return value
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -135,6 +151,9 @@ class Settings:
     rate_limit: tuple[int, int] | None = (30, 3600)  # messages, per seconds
     tenant_daily_tokens: int | None = None
     member_daily_tokens: int | None = None
+    tenant_daily_usd: float | None = None
+    member_daily_usd: float | None = None
+    prices: dict[str, Price] = field(default_factory=dict)  # the operator's, over the defaults
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -173,6 +192,9 @@ class Settings:
             rate_limit=_rate(env.get("COMPANION_RATE_LIMIT", "30/hour")),
             tenant_daily_tokens=_int(env, "COMPANION_TENANT_DAILY_TOKENS", None),
             member_daily_tokens=_int(env, "COMPANION_MEMBER_DAILY_TOKENS", None),
+            tenant_daily_usd=_dollars(env, "COMPANION_TENANT_DAILY_USD"),
+            member_daily_usd=_dollars(env, "COMPANION_MEMBER_DAILY_USD"),
+            prices=parse_prices(env.get("COMPANION_PRICES", "")),
         )
 
     def require_model(self) -> None:
@@ -184,6 +206,16 @@ class Settings:
             raise ConfigError(
                 "missing model settings: " + ", ".join(missing) + " (see README: Configuration)"
             )
+        if (self.tenant_daily_usd or self.member_daily_usd) and self.price is None:
+            raise ConfigError(
+                f"a budget in dollars needs the price of {self.model}: set COMPANION_PRICES="
+                f"{self.model}=input/cached/output (dollars per million tokens)"
+            )
+
+    @property
+    def price(self) -> Price | None:
+        """What the chat model's tokens cost, if the price table knows it."""
+        return price_for(self.model, self.prices) if self.model else None
 
     def require_platform(self) -> None:
         """At least one platform, completely configured, or one line saying what to set."""
@@ -226,4 +258,7 @@ class Settings:
             rate_window=timedelta(seconds=seconds),
             tenant_daily_tokens=self.tenant_daily_tokens,
             member_daily_tokens=self.member_daily_tokens,
+            tenant_daily_usd=self.tenant_daily_usd,
+            member_daily_usd=self.member_daily_usd,
+            price=self.price,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from core.prices import Price
 from core.schedule.policy import ScheduleConfig
 
 DEFAULT_PERSONA = (
@@ -66,11 +67,15 @@ class EngineConfig:
     max_tool_output_chars: int = 3000
     summary_share: float = 0.10
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    # Budgets: a member's messages per window; tokens per tenant and per member per UTC day.
+    # Budgets: a member's messages per window; tokens, and dollars at `price`, per tenant
+    # and per member per UTC day.
     rate_limit: int | None = 30
     rate_window: timedelta = timedelta(hours=1)
     tenant_daily_tokens: int | None = None
     member_daily_tokens: int | None = None
+    tenant_daily_usd: float | None = None
+    member_daily_usd: float | None = None
+    price: Price | None = None  # of the chat model: what its tokens cost
 
     @property
     def prompt_budget(self) -> int:

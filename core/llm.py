@@ -4,12 +4,14 @@ Works with any endpoint that speaks the OpenAI chat-completions and embeddings w
 (OpenAI, vLLM, Ollama, llama.cpp, LM Studio...). Retries with backoff on 429 and 5xx come
 from the `openai` client itself (it honours Retry-After); what still fails becomes a
 `ModelError` whose message says what happened, and a prompt the server refuses as longer
-than its context window becomes `PromptTooLong` (the turn then flushes and retries).
+than its context window becomes `PromptTooLong` (the turn then flushes and retries). The
+provider's usage comes back with each completion, cached prompt tokens included.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from typing import Any
@@ -24,6 +26,9 @@ from core.errors import (
     WrongDimension,
 )
 from core.ports import Completion, ToolCall
+
+log = logging.getLogger(__name__)
+CACHE_KEY = "prompt_cache_key"
 
 # How servers say a prompt is over their window: OpenAI's error code, else its wording
 # (OpenAI, vLLM: "maximum context length"; llama.cpp: "exceeds the available context size";
@@ -65,25 +70,78 @@ def _describe(error: Exception) -> str:
     return f"the model endpoint failed: {type(error).__name__}: {str(error)[:200]}"
 
 
+def _refuses_cache_key(error: openai.OpenAIError) -> bool:
+    """Did the server refuse the request because of `prompt_cache_key` (a strict server)?"""
+    return (
+        isinstance(error, openai.APIStatusError)
+        and error.status_code in (400, 422)
+        and CACHE_KEY in str(error.message)
+    )
+
+
 class OpenAIChat:
+    """Chat completions over the `openai` client.
+
+    The messages and function schemas reach the client as `extra_body`, which it sends as
+    they are: the same JSON bytes as passing them as `messages=` and `tools=`, without the
+    client's type-driven transform walking the whole payload on every call (a cost that
+    grows with the conversation). Everything else is the client's: retries, errors, the
+    typed response.
+
+    `cache_key` goes out as `prompt_cache_key` (OpenAI routes requests with the same key
+    and prefix to the same prompt cache). A server that refuses the parameter is asked
+    again without it, and not sent it again.
+    """
+
     def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
         self.client = client
         self.model = model
+        self.send_cache_key = True
+
+    async def _create(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        max_tokens: int | None,
+        cache_key: str | None,
+    ) -> Any:
+        params: dict[str, Any] = {"model": self.model, "messages": []}
+        payload: dict[str, Any] = {"messages": messages}
+        if max_tokens:
+            params["max_tokens"] = max_tokens
+        if cache_key:
+            params[CACHE_KEY] = cache_key
+        if tools:
+            params["tool_choice"] = "auto"
+            payload["tools"] = tools
+        return await self.client.chat.completions.create(**params, extra_body=payload)
+
+    async def _ask(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        max_tokens: int | None,
+        cache_key: str | None,
+    ) -> Any:
+        if cache_key and self.send_cache_key:
+            try:
+                return await self._create(messages, tools, max_tokens, cache_key)
+            except openai.OpenAIError as error:
+                if not _refuses_cache_key(error):
+                    raise
+                log.warning("the model endpoint refuses %s; not sending it again", CACHE_KEY)
+                self.send_cache_key = False
+        return await self._create(messages, tools, max_tokens, None)
 
     async def complete(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_key: str | None = None,
     ) -> Completion:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-            kwargs["tool_choice"] = "auto"
-        if max_tokens:
-            kwargs["max_tokens"] = max_tokens
         try:
-            response = await self.client.chat.completions.create(**kwargs)
+            response = await self._ask(messages, tools, max_tokens, cache_key)
         except openai.OpenAIError as error:
             raise (_too_long(error) or ModelError(_describe(error))) from error
         except ValueError as error:  # a body that is not JSON, or not a completion
@@ -96,11 +154,13 @@ class OpenAIChat:
         message = getattr(choices[0], "message", None)
         if message is None or isinstance(message, str | list | dict):
             raise ModelOutputError("the model's answer has no message object")
+        usage = getattr(response, "usage", None)
         return Completion(
             content=_text(getattr(message, "content", None)),
             tool_calls=tuple(_calls(getattr(message, "tool_calls", None))),
-            prompt_tokens=_count(getattr(response, "usage", None), "prompt_tokens"),
-            completion_tokens=_count(getattr(response, "usage", None), "completion_tokens"),
+            prompt_tokens=_count(usage, "prompt_tokens"),
+            completion_tokens=_count(usage, "completion_tokens"),
+            cached_tokens=_cached(usage),
         )
 
 
@@ -140,6 +200,14 @@ def _calls(raw: Any) -> list[ToolCall]:
 def _count(usage: Any, field: str) -> int | None:
     value = getattr(usage, field, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _cached(usage: Any) -> int | None:
+    """Prompt tokens the provider read from its cache: OpenAI's (and vLLM's, llama.cpp's)
+    `prompt_tokens_details.cached_tokens`, or DeepSeek's `prompt_cache_hit_tokens`."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = _count(details, "cached_tokens")
+    return cached if cached is not None else _count(usage, "prompt_cache_hit_tokens")
 
 
 class OpenAIEmbedder:

@@ -114,6 +114,11 @@ class Agent(Base):
     last_opener_at: Mapped[datetime | None] = mapped_column(TS)
     openers_unanswered: Mapped[int] = mapped_column(Integer, default=0)
     next_upkeep_at: Mapped[datetime | None] = mapped_column(TS)
+    # Moves on whenever the FIFO queue or summary changes (core.memory.store): a copy of
+    # the main context kept between turns (core.memory.contexts) is valid for one version.
+    context_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    # How the queued messages' tokens were counted (core.memory.prompt.count_basis).
+    count_basis: Mapped[str | None] = mapped_column(String)
 
 
 class Block(Base):
@@ -194,7 +199,10 @@ class Event(Base):
 
 
 class Usage(Base):
-    """Model tokens one agent spent on one day (UTC): what the daily budgets count."""
+    """Model tokens one agent spent on one day (UTC): what the daily budgets count.
+
+    Input not served from the provider's cache is tokens - cached_tokens - completion_tokens.
+    """
 
     __tablename__ = "usage"
     agent_id: Mapped[int] = mapped_column(
@@ -202,8 +210,10 @@ class Usage(Base):
     )
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # prompt + completion
     calls: Mapped[int] = mapped_column(Integer, default=0)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # prompt, from cache
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class AuditEntry(Base):

@@ -35,6 +35,7 @@ class Completion:
     tool_calls: tuple[ToolCall, ...] = ()
     prompt_tokens: int | None = None  # as reported by the provider, when it reports
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt tokens, those served from its cache
 
 
 class ChatModel(Protocol):
@@ -43,7 +44,11 @@ class ChatModel(Protocol):
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
-    ) -> Completion: ...
+        cache_key: str | None = None,
+    ) -> Completion:
+        """One completion. `cache_key` names the prompt's owner, for providers that route
+        requests with the same prefix to the same prompt cache (OpenAI's prompt_cache_key)."""
+        ...
 
 
 class Embedder(Protocol):
@@ -58,6 +63,7 @@ class Counter(StrEnum):
     FLUSHES = "flushes_total"
     WARNINGS = "warnings_total"
     PROMPT_TOKENS = "prompt_tokens_total"
+    CACHED_TOKENS = "cached_prompt_tokens_total"  # the part of PROMPT_TOKENS read from cache
     COMPLETION_TOKENS = "completion_tokens_total"
     LIMITED = "limited_total"  # [reason: rate | budget]
 

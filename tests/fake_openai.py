@@ -9,6 +9,10 @@ It counts prompt tokens on its own (tiktoken, its own framing), optionally infla
 a provider whose tokenizer counts more, and reports them in `usage` like a real provider.
 With `context_window` set it refuses a prompt that does not fit, as OpenAI does (HTTP 400,
 code `context_length_exceeded`); unset, it is a lenient server that takes anything.
+With `prompt_cache` on it reports `prompt_tokens_details.cached_tokens` as OpenAI's prompt
+cache would: the prefix shared with an earlier prompt, from 1,024 tokens on, in steps of
+128. `refused_params` plays a strict server that answers 400 to parameters it does not know.
+The raw bytes of every chat request are kept in `raw_requests`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,38 @@ def count_prompt(body: dict[str, Any]) -> int:
     if body.get("tools"):
         n += len(ENC.encode(json.dumps(body["tools"], separators=(",", ":"))))
     return n
+
+
+def prompt_tokens(body: dict[str, Any]) -> list[int]:
+    """The prompt as one token sequence, in the order a provider caches it: the function
+    schemas, then each message (its role, text and calls)."""
+    tokens: list[int] = []
+    if body.get("tools"):
+        tokens += ENC.encode(json.dumps(body["tools"], separators=(",", ":")))
+    for message in body.get("messages", []):
+        tokens += ENC.encode(f"<|{message.get('role')}|>", disallowed_special=())
+        tokens += ENC.encode(str(message.get("content") or ""), disallowed_special=())
+        for call in message.get("tool_calls") or []:
+            text = call["function"]["name"] + call["function"]["arguments"]
+            tokens += ENC.encode(text, disallowed_special=())
+    return tokens
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens two prompts share from their start."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+STATUS_ALERT = "[system alert] Status:"
+
+
+def is_status(message: dict[str, Any]) -> bool:
+    """The status alert that ends every chat prompt (tokens in use, the time, counts)."""
+    return message.get("role") == "user" and str(message.get("content")).startswith(STATUS_ALERT)
 
 
 def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -83,8 +119,9 @@ def calls(*items: dict[str, Any], thought: str | None = None) -> dict[str, Any]:
 
 
 def last(body: dict[str, Any], role: str | None = None) -> dict[str, Any]:
+    """The newest message (of `role`), not counting the trailing status alert."""
     for message in reversed(body["messages"]):
-        if role is None or message["role"] == role:
+        if (role is None or message["role"] == role) and not is_status(message):
             return message
     return {}
 
@@ -93,7 +130,7 @@ def last_user_text(body: dict[str, Any]) -> str:
     """The newest real user message (not a system alert)."""
     for message in reversed(body["messages"]):
         content = message.get("content") or ""
-        if message["role"] == "user" and not content.startswith("[system alert]"):
+        if message["role"] == "user" and not str(content).startswith("[system alert]"):
             return content
     return ""
 
@@ -120,7 +157,7 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
         return summary_of(body)
     newest = last(body)
     if newest.get("role") == "tool":
-        results = [m["content"] for m in body["messages"][-3:] if m["role"] == "tool"]
+        results = [m["content"] for m in body["messages"][-4:] if m["role"] == "tool"]
         if any(r.startswith("Showing") for r in results):
             return say("Here is what I found: " + results[-1])
         return say("Got it, I'll remember that.")
@@ -160,7 +197,11 @@ class FakeOpenAI:
         self.accepts_dimensions = True
         self.delay = 0.0
         self.context_window: int | None = None  # set: refuse prompts that do not fit
+        self.prompt_cache = False  # True: report cached_tokens as OpenAI's prompt cache would
+        self.refused_params: set[str] = set()  # parameters answered with 400, as unknown
         self.requests: list[dict[str, Any]] = []
+        self.raw_requests: list[bytes] = []
+        self._cached: dict[str, list[list[int]]] = {}
         self.embedding_requests: list[dict[str, Any]] = []
         self.failures: list[tuple[int, dict[str, str], str]] = []
         self._runner: web.AppRunner | None = None
@@ -177,8 +218,13 @@ class FakeOpenAI:
         return [r for r in self.requests if r.get("tools")]
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
+        raw = await request.read()
+        self.raw_requests.append(raw)
+        body = json.loads(raw)
         self.requests.append(body)
+        refused = self._refused(body)
+        if refused is not None:
+            return refused
         if self.failures:
             status, headers, text = self.failures.pop(0)
             return web.Response(
@@ -194,15 +240,37 @@ class FakeOpenAI:
             answer = await answer
         if isinstance(answer, web.StreamResponse):
             return answer
-        answer.setdefault(
-            "usage",
-            {
-                "prompt_tokens": int(count_prompt(body) * self.inflation),
-                "completion_tokens": 10,
-                "total_tokens": int(count_prompt(body) * self.inflation) + 10,
-            },
-        )
+        usage: dict[str, Any] = {
+            "prompt_tokens": int(count_prompt(body) * self.inflation),
+            "completion_tokens": 10,
+            "total_tokens": int(count_prompt(body) * self.inflation) + 10,
+        }
+        if self.prompt_cache:
+            usage["prompt_tokens_details"] = {"cached_tokens": self._cached_tokens(body)}
+        answer.setdefault("usage", usage)
         return web.json_response(answer)
+
+    def _refused(self, body: dict[str, Any]) -> web.Response | None:
+        """A strict server's answer to a parameter it does not know (OpenAI's wording)."""
+        for name in sorted(self.refused_params & body.keys()):
+            error = {
+                "message": f"Unrecognized request argument supplied: {name}",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": None,
+            }
+            return web.json_response({"error": error}, status=400)
+        return None
+
+    def _cached_tokens(self, body: dict[str, Any]) -> int:
+        """OpenAI's rule: the longest prefix shared with an earlier prompt (of the same
+        prompt_cache_key), counted from 1,024 tokens in steps of 128."""
+        tokens = prompt_tokens(body)
+        seen = self._cached.setdefault(str(body.get("prompt_cache_key")), [])
+        shared = max((common_prefix(tokens, earlier) for earlier in seen), default=0)
+        seen.append(tokens)
+        del seen[:-8]
+        return shared // 128 * 128 if shared >= 1024 else 0
 
     def _too_long(self, body: dict[str, Any]) -> web.Response | None:
         """OpenAI's answer to a prompt (plus the room asked for the reply) over the window."""

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from tests.conftest import Run, cli_env, companion
+from tests.fake_openai import last
 
 NOTHING_KNOWN = "Nothing known yet about this person."
 
@@ -57,7 +58,7 @@ async def test_piped_chat_answers_every_line_in_order(fake, pg_url, schema):
     assert "Traceback" not in run.err
     assert "core_memory_append" not in run.err + run.out  # only --verbose shows calls
     # Five messages, five turns: the blank line never reached the model.
-    newest = [body["messages"][-1] for body in fake.chat_requests]
+    newest = [last(body) for body in fake.chat_requests]
     user_texts = [m["content"] for m in newest if m["role"] == "user"]
     assert user_texts == [line for line in lines if line]
 

@@ -35,7 +35,7 @@ from tests.fake_discord import (
     thread,
     user,
 )
-from tests.fake_openai import is_summary_request, say, summary_of
+from tests.fake_openai import is_status, is_summary_request, say, summary_of
 from tests.rigs import discord_rig, settle
 
 GUILD = 1_100_000_000_000_000_001
@@ -96,7 +96,7 @@ async def bot(engine, members, sessions, clock):
 
 
 def user_texts(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user"]
+    return [m["content"] for m in request["messages"] if m["role"] == "user" and not is_status(m)]
 
 
 # Start-up

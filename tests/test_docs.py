@@ -10,7 +10,9 @@ import re
 
 from tests.conftest import ROOT
 
-READ = re.compile(r"""(?:env\.get|_int|_text|_flag)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']""")
+READ = re.compile(
+    r"""(?:env\.get|_int|_text|_flag|_dollars)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']"""
+)
 READERS = ("bot/settings.py", "bot/observability.py")  # where the environment is read
 
 

@@ -80,7 +80,7 @@ async def test_upload_goes_to_archival_memory_and_the_agent_is_told(engine, fake
     data += b"\nThe heron lives by the old mill pond."
     exchange = await engine.upload(scope, "../../etc/trip.txt", data, dedup_key="file-1")
     assert exchange.replies == ["Thanks for the file!"]
-    action = fake.chat_requests[-1]["messages"][-1]["content"]
+    action = last(fake.chat_requests[-1])["content"]
     assert "trip.txt" in action and "passages" in action and "../" not in action
     again = await engine.upload(scope, "trip.txt", data, dedup_key="file-1")
     assert again.event_id == exchange.event_id and again.replies == []

@@ -43,7 +43,7 @@ def _searched_for(body: dict[str, Any]) -> str:
 
 def eval_brain(body: dict[str, Any]) -> dict[str, Any]:
     """An agent that searches before answering, and a judge that checks for the answer."""
-    prompt = str(body["messages"][-1].get("content") or "")
+    prompt = str(last(body).get("content") or "")
     if "Gold answer:" in prompt:
         answer = prompt.split("Gold answer: ", 1)[1].split("\n", 1)[0].lower()
         reply = prompt.split("Reply: ", 1)[1].split("\nIs the reply", 1)[0].lower()

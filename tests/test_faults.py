@@ -50,6 +50,7 @@ from tests.fake_openai import (
     count_prompt,
     default_brain,
     is_summary_request,
+    last,
     last_user_text,
     say,
     summary_of,
@@ -206,7 +207,7 @@ async def test_killed_during_the_model_call(bot, fake, sessions, held):
     arrived, release = asyncio.Event(), asyncio.Event()
 
     def is_held(body: dict[str, Any]) -> bool:
-        return held == "the first call" or body["messages"][-1]["role"] == "tool"
+        return held == "the first call" or last(body)["role"] == "tool"
 
     async def brain(body: dict[str, Any]) -> dict[str, Any]:
         if is_held(body) and not arrived.is_set():  # the bot dies waiting for this answer

@@ -5,15 +5,23 @@ from sqlalchemy import select
 from core.events import EventKind, InboundEvent
 from core.memory.search import archival_search, recall_search
 from core.models import Block, Message
-from tests.fake_openai import calls, is_summary_request, last_user_text, say, summary_of, tool_call
+from tests.fake_openai import (
+    calls,
+    is_summary_request,
+    last,
+    last_user_text,
+    say,
+    summary_of,
+    tool_call,
+)
 
 
 def brain(body):
     if is_summary_request(body):
         return summary_of(body)
-    last = body["messages"][-1]
-    if last["role"] == "tool":
-        return say(last["content"])
+    newest = last(body)
+    if newest["role"] == "tool":
+        return say(newest["content"])
     text = last_user_text(body)
     if text.startswith("note "):
         return calls(

@@ -16,6 +16,7 @@ from tests.fake_openai import (
     calls,
     count_prompt,
     is_summary_request,
+    last,
     last_user_text,
     say,
     summary_of,
@@ -164,9 +165,9 @@ async def test_evicted_messages_are_found_again_by_search_with_paging(make_engin
         if is_summary_request(body):
             return summary_of(body)
         text = last_user_text(body)
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return say("found: " + last["content"])
+        newest = last(body)
+        if newest["role"] == "tool":
+            return say("found: " + newest["content"])
         if text.startswith("search "):
             _, query, page = text.split()
             return calls(tool_call("conversation_search", query=query, page=int(page)))

@@ -23,6 +23,7 @@ from tests.fake_openai import (
     calls,
     count_prompt,
     is_summary_request,
+    last,
     raw_call,
     say,
     summary_of,
@@ -51,7 +52,7 @@ def script(*answers: Any) -> Callable[[dict[str, Any]], Any]:
 
 
 def echo(body: dict[str, Any]) -> dict[str, Any]:
-    return say("You said: " + body["messages"][-1]["content"])
+    return say("You said: " + last(body)["content"])
 
 
 async def talk(engine, scope, text: str):
@@ -296,7 +297,7 @@ async def test_a_huge_tool_call_gets_an_error_and_the_prompt_stays_bounded(engin
 
     assert exchange.replies == ["Sorry, I garbled that."]
     body = fake.chat_requests[1]
-    result = body["messages"][-1]
+    result = last(body)
     assert result["role"] == "tool"
     assert result["content"].startswith(error)
     assert len(result["content"]) <= engine.mind.config.max_tool_output_chars + 100

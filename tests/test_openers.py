@@ -87,7 +87,7 @@ async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sess
     assert platform.sent == [("discord:1", "ana", "How was the trip to Lisbon?")]
     request = fake.chat_requests[-1]
     assert "I am flying to Lisbon on Friday" in request["messages"][0]["content"]
-    interrupt = request["messages"][-1]["content"]
+    interrupt = last(request)["content"]
     assert "Thursday 05 March" in interrupt and "3 days ago" in interrupt
     # The unanswered cap (1): nothing more until ana writes again.
     clock.now += timedelta(days=10)
@@ -147,7 +147,7 @@ async def test_two_processes_claiming_at_once_send_one_opener(
     reports = await asyncio.gather(*(tick(e, now, platform) for e in (first, second, first)))
     assert sum(len(r.claimed) for r in reports) == 1
     assert len(platform.sent) == 1
-    openers = [b for b in fake.chat_requests if "conversation opener" in str(b["messages"][-1])]
+    openers = [b for b in fake.chat_requests if "conversation opener" in str(last(b))]
     assert len(openers) == 1
 
 

@@ -283,7 +283,7 @@ async def test_functions_round_trip_passages_summary_and_timestamps(
     ]
     prompt = fake.chat_requests[-1]["messages"]
     assert "Alice said hello." in prompt[1]["content"]
-    assert [m.get("content") for m in prompt if m["role"] == "user"][1:] == [
+    assert [m.get("content") for m in prompt if m["role"] == "user"][1:-1] == [
         "remember that my cat is called Miso",  # "hello" was evicted before the export
         "bye",
         "what do you know about me?",

@@ -144,9 +144,10 @@ async def test_two_processes_one_agent_take_turns(fake, pg_url, schema, sessions
     assert [t for t in turns if t in lines["a"]] == lines["a"], turns
     assert [t for t in turns if t in lines["b"]] == lines["b"], turns
     assert len(fake.chat_requests) == 14  # 10 turns, 4 of them two steps long
-    # And every prompt continues the one before it: nobody worked from a stale history.
+    # And every prompt continues the one before it (but its closing status alert): nobody
+    # worked from a stale history.
     for before, after in itertools.pairwise(fake.chat_requests):
-        previous = before["messages"][1:]
+        previous = before["messages"][1:-1]
         assert after["messages"][1 : len(previous) + 1] == previous
 
 

@@ -33,7 +33,7 @@ from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.models import Event, Passage, Reply
 from core.runtime.engine import Engine
-from tests.fake_openai import FakeOpenAI
+from tests.fake_openai import FakeOpenAI, last
 from tests.fake_slack import BOT_USER, FakeSlack, settle, signed
 from tests.rigs import SLACK_SECRET as SECRET
 from tests.rigs import slack_envelope as envelope
@@ -240,7 +240,7 @@ async def test_a_file_that_breaks_costs_only_that_file(app, api, fake, sessions)
     async with sessions() as session:
         sources = (await session.scalars(select(Passage.source))).all()
     assert [source.split(" (")[0] for source in sources] == ["notes.md"]
-    prompts = [json.dumps(body["messages"][-1]) for body in fake.chat_requests]
+    prompts = [json.dumps(last(body)) for body in fake.chat_requests]
     assert "notes.md" in prompts[0] and "two files for you" in prompts[-1]  # file first
 
 
@@ -286,7 +286,7 @@ async def test_a_message_whose_files_never_came_tells_the_agent(engine, clock, f
     clock.advance(minutes=3)
     await engine.resume()
     (reply,) = await engine.outbox.take_replies(held)
-    prompt = json.dumps(fake.chat_requests[-1]["messages"][-1])
+    prompt = json.dumps(last(fake.chat_requests[-1]))
     assert "see the plan" in prompt and "plan.pdf" in prompt and "could not be read" in prompt
     assert reply.startswith("You said: see the plan")
 
@@ -303,5 +303,5 @@ async def test_a_message_held_for_its_files_is_finished_after_a_restart(app, api
     services = Services(engine, Members(engine.sessions, EngineConfig(), engine.clock))
     await finish_held(services, app.client, "xoxb-test")  # the next start
     assert texts(api)[-1] == "You said: what is in my notes?"
-    assert "notes.md" in json.dumps(fake.chat_requests[0]["messages"][-1])  # the file first
+    assert "notes.md" in json.dumps(last(fake.chat_requests[0]))  # the file first
     assert await engine.seen.held("slack:") == []

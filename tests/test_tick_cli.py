@@ -5,12 +5,12 @@ import asyncio
 from datetime import datetime, timedelta
 
 from tests.conftest import COMPANION, cli_env
-from tests.fake_openai import default_brain, say
+from tests.fake_openai import default_brain, last, say
 from tests.fake_slack import FakeSlack
 
 
 def opener_brain(body):
-    if "[scheduled interrupt] conversation opener" in str(body["messages"][-1]):
+    if "[scheduled interrupt] conversation opener" in str(last(body)):
         system = body["messages"][0]["content"]
         human = system.split("<human", 1)[1].split(">", 1)[1].split("</human>", 1)[0]
         fact = human.strip().splitlines()[-1]

@@ -26,7 +26,14 @@ from core.members.portability import import_agent, parse_export
 from core.memory.prompt import message_tokens, render
 from core.memory.tokens import TokenCounter
 from core.models import Message, Usage
-from tests.fake_openai import count_prompt, is_summary_request, last_user_text, say, summary_of
+from tests.fake_openai import (
+    count_prompt,
+    is_summary_request,
+    last,
+    last_user_text,
+    say,
+    summary_of,
+)
 
 WINDOW = 8192
 WORDS = (
@@ -312,7 +319,7 @@ async def test_the_newest_message_is_cut_when_nothing_else_can_go(make_engine_fo
     long = long_text(random.Random(13), 3000, "my long story")
     exchange = await engine.converse(scope, msg(long))
     assert exchange.replies == [f"You said: {long[:60]}"]
-    newest = fake.chat_requests[-1]["messages"][-1]["content"]
+    newest = last(fake.chat_requests[-1])["content"]
     assert newest.startswith("my long story") and "[... cut here:" in newest
     for body in fake.requests:
         assert int(count_prompt(body) * 2.0) + body["max_tokens"] <= 4096

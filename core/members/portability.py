@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
@@ -241,15 +241,6 @@ async def _has_memory(session: AsyncSession, scope: Scope) -> int:
     return int(count or 0) + int(passages or 0)
 
 
-async def clear_memory(session: AsyncSession, scope: Scope) -> None:
-    for model in (Message, Summary, Passage, Block, Event):
-        await session.execute(
-            delete(model).where(
-                model.tenant_id == scope.tenant_id, model.agent_id == scope.agent_id
-            )
-        )
-
-
 async def import_agent(
     session: AsyncSession,
     scope: Scope,
@@ -264,8 +255,8 @@ async def import_agent(
     existing = await _has_memory(session, scope)
     if existing and not replace:
         raise ImportConflict(scope.agent_id, existing)
-    await clear_memory(session, scope)
     store = AgentStore(session, scope, config.max_message_tokens)
+    await store.clear()
     await _restore(store, export, config, now, embedder, progress or _quiet)
     return {
         "blocks": len(export.blocks),

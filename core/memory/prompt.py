@@ -1,28 +1,37 @@
 """Main-context assembly: plain values in, the list of chat messages out.
 
-Order, as in the MemGPT paper: system instructions (with the budget line), working-context
-blocks, then the FIFO queue with the recursive summary in slot 0. Stored messages become
-chat messages here (`render`); system alerts travel as user-role messages tagged
-`[system alert]`, because many OpenAI-compatible servers refuse a second system message.
+Order, as in the MemGPT paper: system instructions and working-context blocks, then the
+FIFO queue with the recursive summary in slot 0, then a status alert (tokens in use, the
+time, what is out of view). Everything but the status only grows between flushes and block
+edits, so each prompt starts with the whole previous one but its status: what a provider's
+prompt cache can serve. Stored messages become chat messages here (`render`, once per
+message: an `Entry`); system alerts travel as user-role messages tagged `[system alert]`,
+because many OpenAI-compatible servers refuse a second system message.
 
 Every part has a bound, whatever the database holds: a message shows at most
 `max_message_tokens` of its text and each function call at most `MAX_ARGUMENT_CHARS` of
 arguments, the summary at most `max_summary_tokens`, working context at most a quarter of
-the window. `message_tokens` is what a stored message costs in the prompt: the FIFO queue's
-count, made by `AgentStore` for every message it stores.
+the window. `entry` renders a stored message and counts what it costs in the prompt: the
+FIFO queue's count, made by `AgentStore` for every message it stores, under the rules named
+by `count_basis`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from core.memory.tokens import PROMPT_OVERHEAD, TokenCounter, truncate_to_tokens
 from core.models import Block, Message
 
 MAX_ARGUMENT_CHARS = 8000
+# The rules `render` and `entry` count by: change it when they change, and every agent's
+# queue is recounted once, at its next turn.
+COUNT_RULES = "render-1"
 
 INSTRUCTIONS = """\
 You are a companion with long-term memory, talking with one person in a community chat.
@@ -45,17 +54,17 @@ Before saying you don't know or don't remember something about them, search. On 
 "memory pressure" alert, save what matters now: the oldest messages will soon leave view."""
 
 
-def _block_section(blocks: Sequence[Block], max_tokens: int) -> str:
+BlockValues = tuple[tuple[str, str, int], ...]  # (label, value, character limit) each
+
+
+def _block_section(blocks: BlockValues, max_tokens: int) -> str:
     """The blocks, each cut to an equal share of `max_tokens` if together they exceed it."""
-    total = sum(TokenCounter.count(b.value) for b in blocks)
+    total = sum(TokenCounter.count(value) for _, value, _ in blocks)
     share = max_tokens // max(len(blocks), 1) if total > max_tokens else max_tokens
     parts = []
-    for block in sorted(blocks, key=lambda b: (b.label != "persona", b.label)):
-        value = _cut(block.value, share, "its full text is too long to show")
-        parts.append(
-            f'<{block.label} characters="{len(block.value)}/{block.char_limit}">\n'
-            f"{value}\n</{block.label}>"
-        )
+    for label, value, limit in sorted(blocks, key=lambda b: (b[0] != "persona", b[0])):
+        shown = _cut(value, share, "its full text is too long to show")
+        parts.append(f'<{label} characters="{len(value)}/{limit}">\n{shown}\n</{label}>')
     return "Working context:\n" + "\n".join(parts)
 
 
@@ -82,15 +91,22 @@ def _shown_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def status_line(
+def status_message(
     used: int, window: int, now: datetime, timezone: str, recall: int, archival: int
-) -> str:
-    return (
-        f"Status: {used} of {window} tokens in use ({100 * used // window}%). "
-        f"Now: {now.strftime('%A %Y-%m-%d %H:%M')} ({timezone}). "
+) -> dict[str, Any]:
+    """The alert that ends every prompt: what changes from call to call, kept last."""
+    return {
+        "role": "user",
+        "content": f"[system alert] Status: {used} of {window} tokens in use "
+        f"({100 * used // window}%). Now: {now.strftime('%A %Y-%m-%d %H:%M')} ({timezone}). "
         f"Out of view: {recall} older messages in recall storage, "
-        f"{archival} passages in archival storage."
-    )
+        f"{archival} passages in archival storage.",
+    }
+
+
+def count_basis(max_message_tokens: int) -> str:
+    """What a stored count depends on: the counting rules and the cut of a message."""
+    return f"{COUNT_RULES}/{max_message_tokens}"
 
 
 def render(message: Message, max_tokens: int) -> dict[str, Any]:
@@ -106,9 +122,36 @@ def render(message: Message, max_tokens: int) -> dict[str, Any]:
     return {"role": message.role, "content": content}
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A message of the FIFO queue, as the prompt shows it (rendered once)."""
+
+    message: Message
+    shown: dict[str, Any]
+
+    @property
+    def role(self) -> str:
+        return self.message.role
+
+    @property
+    def tokens(self) -> int:
+        return self.message.tokens
+
+    @property
+    def tool_calls(self) -> object:
+        return self.message.tool_calls
+
+
 def message_tokens(message: Message, max_tokens: int) -> int:
     """What a stored message costs in the prompt, as `render` shows it (unscaled)."""
     return TokenCounter.count_message(render(message, max_tokens))
+
+
+def counted(message: Message, max_tokens: int) -> Entry:
+    """The message rendered, its `tokens` set to what that costs (unscaled)."""
+    shown = render(message, max_tokens)
+    message.tokens = TokenCounter.count_message(shown)
+    return Entry(message, shown)
 
 
 def summary_message(summary: str, covers: int, max_tokens: int) -> dict[str, Any]:
@@ -120,16 +163,38 @@ def summary_message(summary: str, covers: int, max_tokens: int) -> dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class Head:
+    """The system message (instructions and working context) and its tokens (unscaled)."""
+
+    content: str
+    tokens: int
+
+    @property
+    def message(self) -> dict[str, Any]:
+        return {"role": "system", "content": self.content}
+
+
+def head(blocks: Sequence[Block], window: int) -> Head:
+    """The system message for these blocks: built and counted once per set of values."""
+    return _head(tuple((b.label, b.value, b.char_limit) for b in blocks), window)
+
+
+@lru_cache(maxsize=4096)
+def _head(blocks: BlockValues, window: int) -> Head:
+    content = f"{INSTRUCTIONS}\n\n{_block_section(blocks, window // 4)}"
+    return Head(content, TokenCounter.count_message({"content": content}))
+
+
 def assemble(
     *,
-    blocks: Sequence[Block],
-    summary: tuple[str, int] | None,
+    head: Head,
+    summary: tuple[dict[str, Any], int] | None,
     queue: Sequence[dict[str, Any]],
     queue_tokens: int,
     tools_tokens: int,
     counter: TokenCounter,
     window: int,
-    max_summary_tokens: int,
     now: datetime,
     timezone: str,
     recall: int,
@@ -137,17 +202,17 @@ def assemble(
 ) -> tuple[list[dict[str, Any]], int, int]:
     """The prompt and its token count, calibrated and raw (tools included).
 
-    `queue` is the FIFO queue rendered, `queue_tokens` its count; the rest is bounded here.
+    `summary` is the summary's message and tokens, `queue` the FIFO queue rendered and
+    `queue_tokens` its count; only the status alert at the end is made here.
     """
-    head = f"{INSTRUCTIONS}\n\n{_block_section(blocks, window // 4)}"
-    messages: list[dict[str, Any]] = []
+    prompt = [head.message]
+    fixed = head.tokens + tools_tokens + PROMPT_OVERHEAD + queue_tokens
     if summary is not None:
-        messages.append(summary_message(*summary, max_summary_tokens))
-    messages.extend(queue)
-    fixed = counter.count_message({"content": head}) + tools_tokens + PROMPT_OVERHEAD
-    fixed += sum(counter.count_message(m) for m in messages[: 1 if summary else 0])
-    placeholder = status_line(window, window, now, timezone, recall, archival)
-    raw = fixed + queue_tokens + counter.count(placeholder) + 2
+        prompt.append(summary[0])
+        fixed += summary[1]
+    prompt.extend(queue)
+    widest = status_message(window, window, now, timezone, recall, archival)
+    raw = fixed + counter.count_message(widest)
     used = counter.scale(raw)
-    system = f"{head}\n\n{status_line(used, window, now, timezone, recall, archival)}"
-    return [{"role": "system", "content": system}, *messages], used, raw
+    prompt.append(status_message(used, window, now, timezone, recall, archival))
+    return prompt, used, raw

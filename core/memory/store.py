@@ -4,11 +4,13 @@
 filters on both. Search lives in `core.memory.search`; whole-agent data moves in
 `core.members.portability`.
 
-It is the one place a message enters the FIFO queue, so it counts every message it stores
-(`prompt.message_tokens`, for the deployment's `max_message_tokens`), whatever the path:
-a turn, a refused or failed event, an import. Reading the queue back counts again: a row
-stored before every path counted, or counted for another window, is repaired, never
-trusted.
+It is the one place a message enters or leaves the FIFO queue, so it counts every message
+it stores (`prompt.counted`, for the deployment's `max_message_tokens`), whatever the path:
+a turn, a refused or failed event, an import; reading the queue back recounts only when the
+agent's `count_basis` says its messages were counted another way (another window, other
+rules, or before every path counted). And every change to the queue or the summary moves
+the agent's `context_version` on, once per transaction, so a copy of the main context kept
+between turns (`core.memory.contexts`) is never used after it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
-from core.memory.prompt import message_tokens
-from core.models import Agent, Block, Message, Passage, Reply, Summary
+from core.memory.prompt import Entry, counted, render
+from core.models import Agent, Block, Event, Message, Passage, Reply, Summary
 from core.scope import Scope
 
 
@@ -47,6 +49,10 @@ class AgentStore:
         self.session = session
         self.scope = scope
         self.max_message_tokens = max_message_tokens
+        self.agent: Agent | None = None  # the locked row, once `lock_agent` took it
+        self._locked_version = 0
+        self._bumped = False
+        self.passages_added = 0  # by this store: a turn's status counts them without a query
 
     def _mine(self, model: Any) -> Any:
         return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
@@ -63,39 +69,71 @@ class AgentStore:
             .with_for_update(key_share=True)
         )
         assert agent is not None, f"agent {self.scope.agent_id} vanished"
+        self.agent, self._locked_version = agent, agent.context_version
         return agent
+
+    async def _changed(self) -> None:
+        """The queue or the summary changed: the context version moves on (once).
+
+        On the locked row it is one more column in the UPDATE the turn makes anyway. Checked
+        against the version as locked, not a flag: after a savepoint rolled back and the
+        row was refreshed, the next change moves it on again.
+        """
+        if self.agent is not None:
+            if self.agent.context_version == self._locked_version:
+                self.agent.context_version = self._locked_version + 1
+            return
+        if not self._bumped:
+            await self.session.execute(
+                update(Agent)
+                .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
+                .values(context_version=Agent.context_version + 1)
+            )
+            self._bumped = True
 
     async def blocks(self) -> dict[str, Block]:
         rows = await self.session.scalars(select(Block).where(self._mine(Block)))
         return {block.label: block for block in rows}
 
-    def _count(self, message: Message) -> int:
-        return message_tokens(message, self.max_message_tokens)
-
     async def in_context(self) -> list[Message]:
-        """The FIFO queue, oldest first, each message recounted (a wrong count is repaired)."""
-        rows = list(
+        """The FIFO queue's messages, oldest first, as stored."""
+        return list(
             await self.session.scalars(
                 select(Message).where(self._mine(Message), Message.in_context).order_by(Message.id)
             )
         )
-        # Tokenizing a long queue is CPU work: off the event loop.
-        counts = await asyncio.to_thread(lambda: [self._count(m) for m in rows])
-        for message, tokens in zip(rows, counts, strict=True):
-            if message.tokens != tokens:
-                message.tokens = tokens
-        return rows
 
-    async def append(self, now: datetime, **fields: Any) -> Message:
-        """Store a message, in the FIFO queue unless `in_context=False`, and count it."""
+    async def queue(self, recount: bool) -> list[Entry]:
+        """The FIFO queue as the prompt shows it; `recount`: count each message again
+        (its stored count was made another way) and store the counts that differ."""
+        rows = await self.in_context()
+        size = self.max_message_tokens
+        if not recount:
+            return [Entry(m, render(m, size)) for m in rows]
+        before = [m.tokens for m in rows]
+        # Tokenizing a long queue is CPU work: off the event loop.
+        entries = await asyncio.to_thread(lambda: [counted(m, size) for m in rows])
+        if any(m.tokens != old for m, old in zip(rows, before, strict=True)):
+            await self._changed()
+        return entries
+
+    async def enqueue(self, now: datetime, **fields: Any) -> Entry:
+        """Store a message, in the FIFO queue unless `in_context=False`, counted as the
+        prompt shows it; returns it with that rendering."""
         fields.setdefault("in_context", True)
         message = Message(
             tenant_id=self.scope.tenant_id, agent_id=self.scope.agent_id, created_at=now, **fields
         )
-        message.tokens = self._count(message)
+        entry = counted(message, self.max_message_tokens)
         self.session.add(message)
         await self.session.flush()
-        return message
+        if message.in_context:
+            await self._changed()
+        return entry
+
+    async def append(self, now: datetime, **fields: Any) -> Message:
+        """Store a message (see `enqueue`)."""
+        return (await self.enqueue(now, **fields)).message
 
     async def evict(self, messages: Sequence[Message]) -> None:
         ids = [m.id for m in messages]
@@ -104,6 +142,13 @@ class AgentStore:
         )
         for message in messages:
             message.in_context = False
+        await self._changed()
+
+    async def clear(self) -> None:
+        """Erase the agent's memory: messages, summaries, passages, blocks, events."""
+        for model in (Message, Summary, Passage, Block, Event):
+            await self.session.execute(delete(model).where(self._mine(model)))
+        await self._changed()
 
     async def latest_summary(self) -> Summary | None:
         return await self.session.scalar(
@@ -121,6 +166,7 @@ class AgentStore:
         )
         self.session.add(summary)
         await self.session.flush()
+        await self._changed()
         return summary
 
     async def add_passage(
@@ -136,6 +182,7 @@ class AgentStore:
         )
         self.session.add(passage)
         await self.session.flush()
+        self.passages_added += 1
         return passage
 
     async def add_outbox(self, text: str, event_id: int | None, now: datetime) -> None:

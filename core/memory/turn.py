@@ -9,7 +9,7 @@ from `MainContext.fit` (core.memory.window), which keeps it inside the window wh
 database holds. A provider that still refuses a prompt as too long makes the turn distrust
 its counts, force a flush and try once more. Every model call, summaries included, goes
 through `MeteredModel`, which charges it to the turn's result (what budgets and metrics
-read).
+read): prompt, cached prompt and completion tokens as the provider reported them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from core.config import EngineConfig
 from core.errors import ModelOutputError, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
+from core.memory.contexts import ContextCache
 from core.memory.executor import SCHEMAS, Outcome, execute
 from core.memory.prompt import cut_arguments
 from core.memory.ranking import agent_name
@@ -60,6 +61,16 @@ class Step:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class CallUsage:
+    """What one model call cost, as the provider reported it (else our estimate)."""
+
+    purpose: str  # "chat" (a step of the turn) or "summary"
+    prompt_tokens: int
+    cached_tokens: int  # of prompt_tokens, read from the provider's prompt cache
+    completion_tokens: int
+
+
 @dataclass
 class TurnResult:
     event_id: int
@@ -70,6 +81,15 @@ class TurnResult:
     tokens: int = 0  # prompt + completion tokens of every model call, summaries included
     model_calls: int = 0  # answered model calls, summaries included
     error: str | None = None
+    calls: list[CallUsage] = field(default_factory=list)  # every answered call, in order
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(call.cached_tokens for call in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(call.completion_tokens for call in self.calls)
 
 
 @dataclass
@@ -81,6 +101,8 @@ class Mind:
     config: EngineConfig
     embedder: Embedder | None = None
     metrics: Metrics = field(default_factory=NoMetrics)
+    # Agents' main contexts kept between turns in this process.
+    contexts: ContextCache = field(default_factory=ContextCache)
 
 
 @dataclass
@@ -96,19 +118,25 @@ class MeteredModel:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
+        cache_key: str | None = None,
         estimate: int | None = None,
     ) -> Completion:
         """`estimate`: our raw count of the prompt when the caller has it (else counted)."""
         counter, metrics = self.mind.counter, self.mind.metrics
         raw = estimate if estimate is not None else counter.count_prompt(messages, tools)
         started = time.perf_counter()
-        completion = await self.mind.model.complete(messages, tools, max_tokens)
+        completion = await self.mind.model.complete(messages, tools, max_tokens, cache_key)
         metrics.observe(Timer.MODEL, time.perf_counter() - started)
         counter.calibrate(raw, completion.prompt_tokens)
         prompt_tokens = completion.prompt_tokens or counter.scale(raw)
+        cached_tokens = min(completion.cached_tokens or 0, prompt_tokens)
         completion_tokens = completion.completion_tokens or 0
         metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
+        metrics.count(Counter.CACHED_TOKENS, cached_tokens)
         metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
+        purpose = "chat" if tools else "summary"
+        usage = CallUsage(purpose, prompt_tokens, cached_tokens, completion_tokens)
+        self.result.calls.append(usage)
         self.result.tokens += prompt_tokens + completion_tokens
         self.result.model_calls += 1
         return completion
@@ -173,7 +201,10 @@ class Turn:
             event.id,
             now,
             timezone,
+            mind.contexts,
         )
+        # Stable for the agent: the provider's prompt cache is routed by it.
+        self.cache_key = f"companion-agent-{agent.id}"
 
     async def run(self) -> TurnResult:
         config = self.mind.config
@@ -218,7 +249,9 @@ class Turn:
 
     async def _complete(self, fitted: Fitted) -> Completion:
         reserve = self.mind.config.reply_reserve
-        return await self.model.complete(fitted.prompt, SCHEMAS, reserve, estimate=fitted.raw)
+        return await self.model.complete(
+            fitted.prompt, SCHEMAS, reserve, cache_key=self.cache_key, estimate=fitted.raw
+        )
 
     async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
         """Record the model's answer and run its calls; True when the chain goes on."""

@@ -1,11 +1,14 @@
 """The main context of one turn, kept inside the window: the queue manager at work.
 
-`MainContext` holds the FIFO queue (the agent's in-context messages, counted by the store
-as it reads them), the recursive summary in slot 0 and the newest message, which never
-leaves. `fit` turns them into the next prompt, within the budget whatever the database
-held: a memory-pressure alert at the warning watermark (once per episode), a flush (evict
-the oldest units, fold them into a new summary) when the prompt would not fit, and if even
-that leaves too much, the newest message cut to the room that is left.
+`MainContext` holds the FIFO queue (the agent's in-context messages, each rendered and
+counted once, when stored), the recursive summary in slot 0 and the newest message, which
+never leaves. It starts from the snapshot the agent's previous turn left in this process
+(`core.memory.contexts`) when the agent row says nothing changed since, else it reads the
+queue; messages of the turn are appended to it. `fit` turns it into the next prompt,
+within the budget whatever the database held: a memory-pressure alert at the warning
+watermark (once per episode), a flush (evict the oldest units, fold them into a new
+summary) when the prompt would not fit, and if even that leaves too much, the newest
+message cut to the room that is left.
 """
 
 from __future__ import annotations
@@ -18,13 +21,22 @@ from typing import Any
 
 from core.config import EngineConfig
 from core.errors import ContextTooSmall
+from core.memory.contexts import ContextCache, Snapshot
 from core.memory.executor import SCHEMAS
-from core.memory.prompt import INSTRUCTIONS, assemble, render, summary_message
+from core.memory.prompt import (
+    INSTRUCTIONS,
+    Entry,
+    assemble,
+    count_basis,
+    head,
+    render,
+    summary_message,
+)
 from core.memory.queue import Pressure, evict_until, pressure
 from core.memory.store import AgentStore
 from core.memory.summarize import summarize
 from core.memory.tokens import TokenCounter
-from core.models import Agent, Block, Message, Summary
+from core.models import Agent, Block, Summary
 from core.ports import ChatModel, Counter, Metrics
 
 PRESSURE_ALERT = (
@@ -79,27 +91,65 @@ class MainContext:
         event_id: int,
         now: datetime,
         timezone: str,
+        contexts: ContextCache,
     ) -> None:
         self.store, self.agent, self.model = store, agent, model
         self.counter, self.config, self.metrics = counter, config, metrics
         self.event_id, self.now, self.timezone = event_id, now, timezone
-        self.queue: list[Message] = []
-        self.newest: Message | None = None  # the event's own message: never evicted
+        self.contexts = contexts
+        self.basis = count_basis(config.max_message_tokens)
+        self.queue: list[Entry] = []
+        self.shown: list[dict[str, Any]] = []  # the queue as the prompt shows it
+        self.queue_tokens = 0
+        self.newest: Entry | None = None  # the event's own message: never evicted
         self.summary: Summary | None = None  # FIFO slot 0
+        self.summary_shown: tuple[dict[str, Any], int] | None = None
+        self.archival = 0  # passages in archival storage when the turn began
         self.warnings = 0
         self.flushes = 0
 
     async def load(self, trigger: dict[str, Any]) -> None:
-        """Read the queue and summary, then store the event's message (`trigger`) at its end."""
-        self.queue = await self.store.in_context()
-        self.summary = await self.store.latest_summary()
+        """Take up the queue and summary, then store the event's message (`trigger`) at its end."""
+        agent = self.agent
+        kept = self.contexts.get(agent.id, agent.context_version, self.basis)
+        if kept is None:
+            self.queue = await self.store.queue(recount=agent.count_basis != self.basis)
+            agent.count_basis = self.basis
+            self.queue_tokens = sum(entry.tokens for entry in self.queue)
+            self._set_summary(await self.store.latest_summary())
+        else:
+            self.queue, self.queue_tokens = list(kept.entries), kept.queue_tokens
+            self.summary, self.summary_shown = kept.summary, kept.summary_shown
+        self.shown = [entry.shown for entry in self.queue]
+        self.archival = await self.store.passage_count()
         self.newest = await self.append(**trigger)
 
-    async def append(self, **fields: Any) -> Message:
+    def snapshot(self) -> Snapshot:
+        """What this turn leaves for the agent's next one (valid once it commits)."""
+        return Snapshot(
+            self.agent.context_version,
+            self.basis,
+            tuple(self.queue),
+            self.queue_tokens,
+            self.summary,
+            self.summary_shown,
+        )
+
+    def _set_summary(self, summary: Summary | None) -> None:
+        self.summary, self.summary_shown = summary, None
+        if summary is not None:
+            shown = summary_message(
+                summary.text, summary.covers_messages, self.config.max_summary_tokens
+            )
+            self.summary_shown = (shown, self.counter.count_message(shown))
+
+    async def append(self, **fields: Any) -> Entry:
         """Store a message of this event at the end of the queue (the store counts it)."""
-        message = await self.store.append(self.now, event_id=self.event_id, **fields)
-        self.queue.append(message)
-        return message
+        entry = await self.store.enqueue(self.now, event_id=self.event_id, **fields)
+        self.queue.append(entry)
+        self.shown.append(entry.shown)
+        self.queue_tokens += entry.tokens
+        return entry
 
     async def fit(self, blocks: dict[str, Block], flush: bool = False) -> Fitted:
         """The prompt for the next call, within the budget whatever the queue holds.
@@ -108,7 +158,7 @@ class MainContext:
         the flush leaves too much, the newest message is cut to the room that is left.
         """
         config = self.config
-        fitted = await self._assemble(blocks)
+        fitted = self._assemble(blocks)
         state = pressure(
             fitted.tokens, config.warning_tokens, config.prompt_budget, self.agent.pressure_warned
         )
@@ -118,22 +168,22 @@ class MainContext:
             self.agent.pressure_warned = True
             self.warnings += 1
             self.metrics.count(Counter.WARNINGS)
-            fitted = await self._assemble(blocks)
+            fitted = self._assemble(blocks)
         if flush or fitted.tokens > config.prompt_budget:
             await self._flush(fitted.raw)
-            fitted = await self._assemble(blocks)
+            fitted = self._assemble(blocks)
         if fitted.tokens > config.prompt_budget:
-            fitted = await self._cut_newest(blocks, fitted)
+            fitted = self._cut_newest(blocks, fitted)
         return fitted
 
-    async def _cut_newest(self, blocks: dict[str, Block], fitted: Fitted) -> Fitted:
+    def _cut_newest(self, blocks: dict[str, Block], fitted: Fitted) -> Fitted:
         """The prompt with the newest message cut so the whole fits (recall keeps it all)."""
         budget = self.config.prompt_budget
         assert self.newest is not None, "load() stores the newest message first"
         over = math.ceil((fitted.tokens - budget) / self.counter.ratio)
         limit = self.newest.tokens - over - CUT_MARGIN
         if limit >= MIN_SHOWN:
-            fitted = await self._assemble(blocks, newest_limit=limit)
+            fitted = self._assemble(blocks, newest_limit=limit)
         if fitted.tokens > budget:
             raise ContextTooSmall(
                 f"the prompt needs {fitted.tokens} tokens even after eviction, over the "
@@ -144,60 +194,53 @@ class MainContext:
     async def _flush(self, raw: int) -> None:
         config, counter = self.config, self.counter
         previous = self.summary
-        queue_raw = sum(m.tokens for m in self.queue)
-        summary_raw = 0
-        if previous is not None:
-            shown = summary_message(
-                previous.text, previous.covers_messages, config.max_summary_tokens
-            )
-            summary_raw = counter.count_message(shown)
+        summary_raw = self.summary_shown[1] if self.summary_shown else 0
         # Everything but the queue, with room for the new summary at its largest.
-        fixed = raw - queue_raw - summary_raw + config.max_summary_tokens + SUMMARY_FRAME
+        fixed = raw - self.queue_tokens - summary_raw + config.max_summary_tokens + SUMMARY_FRAME
         target = int(config.target_tokens / counter.ratio)
         evicted = evict_until(self.queue, fixed, target, self.newest)
         if not evicted:
             return
+        messages = [entry.message for entry in evicted]
         text = await summarize(
-            self.model, counter, config, previous.text if previous else None, evicted
+            self.model, counter, config, previous.text if previous else None, messages
         )
         covers = (previous.covers_messages if previous else 0) + len(evicted)
-        await self.store.evict(evicted)
-        self.summary = await self.store.add_summary(
-            text, covers, counter.count(text) + SUMMARY_FRAME, self.now
+        await self.store.evict(messages)
+        self._set_summary(
+            await self.store.add_summary(
+                text, covers, counter.count(text) + SUMMARY_FRAME, self.now
+            )
         )
-        gone = {id(m) for m in evicted}
-        self.queue = [m for m in self.queue if id(m) not in gone]
+        gone = {id(entry) for entry in evicted}
+        self.queue = [entry for entry in self.queue if id(entry) not in gone]
+        self.shown = [entry.shown for entry in self.queue]
+        self.queue_tokens = sum(entry.tokens for entry in self.queue)
         self.agent.pressure_warned = False
         self.flushes += 1
         self.metrics.count(Counter.FLUSHES)
 
-    async def _assemble(self, blocks: dict[str, Block], newest_limit: int | None = None) -> Fitted:
+    def _assemble(self, blocks: dict[str, Block], newest_limit: int | None = None) -> Fitted:
         """The prompt as the queue stands; `newest_limit` cuts the newest message further."""
         config, counter, summary = self.config, self.counter, self.summary
-        # The summary covers exactly the messages evicted so far: those only search can reach.
-        recall = summary.covers_messages if summary else 0
-        archival = await self.store.passage_count()
-        queue, queue_tokens = [], 0
-        for message in self.queue:
-            if newest_limit is not None and message is self.newest:
-                shown = render(message, newest_limit)
-                queue_tokens += counter.count_message(shown)
-            else:
-                shown = render(message, config.max_message_tokens)
-                queue_tokens += message.tokens
-            queue.append(shown)
+        queue, queue_tokens = self.shown, self.queue_tokens
+        if newest_limit is not None and self.newest is not None:
+            at = next(i for i, e in enumerate(self.queue) if e is self.newest)
+            cut = render(self.newest.message, newest_limit)
+            queue = [*queue[:at], cut, *queue[at + 1 :]]
+            queue_tokens += counter.count_message(cut) - self.newest.tokens
         prompt, used, raw = assemble(
-            blocks=list(blocks.values()),
-            summary=(summary.text, summary.covers_messages) if summary else None,
+            head=head(list(blocks.values()), config.context_window),
+            summary=self.summary_shown,
             queue=queue,
             queue_tokens=queue_tokens,
             tools_tokens=tools_tokens(),
             counter=counter,
             window=config.context_window,
-            max_summary_tokens=config.max_summary_tokens,
             now=self.now,
             timezone=self.timezone,
-            recall=recall,
-            archival=archival,
+            # The summary covers exactly the messages evicted so far: those only search reaches.
+            recall=summary.covers_messages if summary else 0,
+            archival=self.archival + self.store.passages_added,
         )
         return Fitted(prompt, used, raw)

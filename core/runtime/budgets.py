@@ -1,5 +1,6 @@
-"""Budgets: how often a member may write, and how many tokens a tenant and a member may
-spend per UTC day. Checked before a turn (no model call when over), recorded after it.
+"""Budgets: how often a member may write, and how much a tenant and a member may spend per
+UTC day, in tokens or in dollars (at the model's price, cached input at its own rate).
+Checked before a turn (no model call when over), recorded after it.
 
 A limited event is still stored and its message still goes to recall storage: nothing is
 lost, the member just gets a polite answer instead of a model call.
@@ -7,7 +8,8 @@ lost, the member just gets a polite answer instead of a model call.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -15,7 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
 from core.events import EventKind
+from core.memory.turn import TurnResult
 from core.models import Event, Usage
+from core.prices import Price, Spent
 from core.scope import Scope
 
 RATE_REPLY = (
@@ -31,6 +35,26 @@ BUDGET_REPLY = (
 def _window(config: EngineConfig) -> str:
     minutes = int(config.rate_window.total_seconds() // 60)
     return "hour" if minutes == 60 else "minute" if minutes == 1 else f"{minutes} minutes"
+
+
+async def spent(session: AsyncSession, whose: Any, day: date) -> Spent:
+    """What the usage rows matching `whose` (a condition) add up to on `day`."""
+    row = (
+        await session.execute(
+            select(
+                func.coalesce(func.sum(Usage.tokens), 0),
+                func.coalesce(func.sum(Usage.cached_tokens), 0),
+                func.coalesce(func.sum(Usage.completion_tokens), 0),
+            ).where(whose, Usage.day == day)
+        )
+    ).one()
+    return Spent(int(row[0]), int(row[1]), int(row[2]))
+
+
+def _over(spend: Spent, tokens: int | None, usd: float | None, price: Price | None) -> bool:
+    if tokens and spend.tokens >= tokens:
+        return True
+    return bool(usd and price and spend.cost(price) >= usd)
 
 
 async def over_limit(
@@ -49,39 +73,36 @@ async def over_limit(
         )
         if (recent or 0) >= config.rate_limit:
             return "rate", RATE_REPLY.format(limit=config.rate_limit, window=_window(config))
-    today = now.date()
-    if config.member_daily_tokens:
-        spent = await session.scalar(
-            select(Usage.tokens).where(Usage.agent_id == scope.agent_id, Usage.day == today)
-        )
-        if (spent or 0) >= config.member_daily_tokens:
+    today, price = now.date(), config.price
+    if config.member_daily_tokens or config.member_daily_usd:
+        mine = await spent(session, Usage.agent_id == scope.agent_id, today)
+        if _over(mine, config.member_daily_tokens, config.member_daily_usd, price):
             return "budget", BUDGET_REPLY.format(whose=" for our chats")
-    if config.tenant_daily_tokens:
-        spent = await session.scalar(
-            select(func.sum(Usage.tokens)).where(
-                Usage.tenant_id == scope.tenant_id, Usage.day == today
-            )
-        )
-        if (spent or 0) >= config.tenant_daily_tokens:
+    if config.tenant_daily_tokens or config.tenant_daily_usd:
+        theirs = await spent(session, Usage.tenant_id == scope.tenant_id, today)
+        if _over(theirs, config.tenant_daily_tokens, config.tenant_daily_usd, price):
             return "budget", BUDGET_REPLY.format(whose=" for this community")
     return None
 
 
 async def record_usage(
-    session: AsyncSession, scope: Scope, tokens: int, calls: int, now: datetime
+    session: AsyncSession, scope: Scope, result: TurnResult, now: datetime
 ) -> None:
-    if not tokens and not calls:
+    """Add what the turn's model calls cost to the agent's row for the day."""
+    if not result.tokens and not result.model_calls:
         return
+    added = {
+        "tokens": result.tokens,
+        "calls": result.model_calls,
+        "cached_tokens": result.cached_tokens,
+        "completion_tokens": result.completion_tokens,
+    }
     statement = insert(Usage).values(
-        agent_id=scope.agent_id,
-        day=now.date(),
-        tenant_id=scope.tenant_id,
-        tokens=tokens,
-        calls=calls,
+        agent_id=scope.agent_id, day=now.date(), tenant_id=scope.tenant_id, **added
     )
     await session.execute(
         statement.on_conflict_do_update(
             index_elements=[Usage.agent_id, Usage.day],
-            set_={"tokens": Usage.tokens + tokens, "calls": Usage.calls + calls},
+            set_={name: getattr(Usage, name) + amount for name, amount in added.items()},
         )
     )

@@ -39,6 +39,7 @@ from core.errors import CompanionError, ModelError
 from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.contexts import Snapshot
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, Turn, TurnResult
@@ -240,8 +241,11 @@ class Engine:
                 if event is None:
                     return results
                 with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
-                    results.append(await self._handle(session, store, agent, event))
+                    result, context = await self._handle(session, store, agent, event)
+                results.append(result)
                 more = await session.scalar(_pending(scope, Event.id))
+            if context is not None:  # committed: the agent's next turn here starts from it
+                self.mind.contexts.put(scope.agent_id, context)
             if self.embeddings is not None:  # committed: the new messages get their vectors
                 self.embeddings.wake()
             # An event stored after this check is drained by its own submitter, who waited
@@ -251,8 +255,10 @@ class Engine:
 
     async def _handle(
         self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
-    ) -> TurnResult:
+    ) -> tuple[TurnResult, Snapshot | None]:
+        """Handle one event: (what came of it, the main context a completed turn left)."""
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
+        context: Snapshot | None = None
         tenant, user = await member_of(session, agent)
         limited = await over_limit(session, store.scope, event, now, self.mind.config)
         if limited is not None:
@@ -264,7 +270,7 @@ class Engine:
                 [reply] if event.kind == EventKind.USER_MESSAGE else [],
             )
         else:
-            result, status, replies = await self._think(
+            result, status, replies, context = await self._think(
                 session, store, agent, event, now, user.timezone, user.display_name
             )
         if status != EventStatus.DONE:
@@ -287,11 +293,11 @@ class Engine:
             now,
             self.mind.config.schedule,
         )
-        await record_usage(session, store.scope, result.tokens, result.model_calls, now)
+        await record_usage(session, store.scope, result, now)
         metrics.count(Counter.EVENTS, kind=event.kind, status=status)
         metrics.observe(Timer.TURN, time.perf_counter() - started)
         result.replies = replies
-        return result
+        return result, context
 
     async def _think(
         self,
@@ -302,13 +308,13 @@ class Engine:
         now: datetime,
         timezone: str,
         member_name: str | None,
-    ) -> tuple[TurnResult, EventStatus, list[str]]:
+    ) -> tuple[TurnResult, EventStatus, list[str], Snapshot | None]:
         """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
         turn = Turn(self.mind, store, agent, event, now, timezone, member_name)
         try:
             async with session.begin_nested():
                 result = await turn.run()
-            return result, EventStatus.DONE, result.replies
+            return result, EventStatus.DONE, result.replies, turn.context.snapshot()
         except ModelError as error:
             log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
             self.mind.metrics.count(Counter.ERRORS, kind="model")
@@ -320,10 +326,15 @@ class Engine:
         await session.refresh(agent)
         spent = turn.result  # model calls made before the failure are still paid for
         failed = TurnResult(
-            event.id, error=problem, tokens=spent.tokens, model_calls=spent.model_calls
+            event.id,
+            error=problem,
+            tokens=spent.tokens,
+            model_calls=spent.model_calls,
+            calls=spent.calls,
         )
         failed.steps = spent.steps
-        return failed, EventStatus.FAILED, [reply] if event.kind == EventKind.USER_MESSAGE else []
+        replies = [reply] if event.kind == EventKind.USER_MESSAGE else []
+        return failed, EventStatus.FAILED, replies, None
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None

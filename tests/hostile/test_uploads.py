@@ -21,6 +21,7 @@ from core.members.documents import MAX_UPLOAD_BYTES, chunk_text
 from core.models import Event, Passage
 from core.scope import Scope
 from tests.fake_discord import attachment
+from tests.fake_openai import last
 from tests.hostile import files
 from tests.hostile.common import (
     DISCORD_TENANT,
@@ -210,7 +211,7 @@ async def test_engine_upload(eng, module_fake, module_sessions, name):
     await check_refused_or_stored(module_sessions, scope, spec, error)
     if error is None:
         assert exchange.replies and all(r.strip() for r in exchange.replies)
-        action = module_fake.chat_requests[0]["messages"][-1]["content"]
+        action = last(module_fake.chat_requests[0])["content"]
         assert "/" not in action.split("shared the file", 1)[1].split(" (", 1)[0]
         assert_prompts_fit(module_fake)
     else:
