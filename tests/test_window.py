@@ -25,7 +25,7 @@ from core.llm import OpenAIChat
 from core.members.portability import import_agent, parse_export
 from core.memory.prompt import message_tokens, render
 from core.memory.tokens import TokenCounter
-from core.models import Message, Usage
+from core.models import Agent, Message, Usage
 from tests.fake_openai import (
     count_prompt,
     is_summary_request,
@@ -152,17 +152,23 @@ async def test_summary_calls_count_in_usage_metrics_and_the_turn(make_engine_for
 async def test_a_legacy_queue_of_uncounted_messages_still_fits(
     make_engine_for, fake, clock, sessions
 ):
-    """Rows stored before every path counted (tokens = 0) are recounted, not trusted."""
+    """Rows stored before every path counted (tokens = 0) are recounted, not trusted.
+
+    Such rows come from an older version, whose agent rows have no count basis yet (the
+    migration leaves it empty), read by a newly started process.
+    """
     fake.context_window = WINDOW
     fake.brain = chatty
-    engine = make_engine_for(EngineConfig(context_window=WINDOW, rate_limit=None))
+    config = EngineConfig(context_window=WINDOW, rate_limit=None)
+    engine = make_engine_for(config)
     scope = await engine.agent("t", "u")
     rng = random.Random(9)
     for i in range(12):
         await engine.converse(scope, msg(long_text(rng, 500, f"story {i}")))
     async with sessions() as session, session.begin():
         await session.execute(update(Message).values(tokens=0, in_context=True))
-    reply = await engine.converse(scope, msg("and now?"))
+        await session.execute(update(Agent).values(count_basis=None))
+    reply = await make_engine_for(config).converse(scope, msg("and now?"))
     assert reply.replies == ["You said: and now?"]
     assert largest_prompt(fake) <= WINDOW
 
