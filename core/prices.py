@@ -1,10 +1,10 @@
 """What model tokens cost: a price table the operator can amend, in US dollars per million.
 
 A price has three parts, as providers bill: input read fresh, input served from the
-provider's prompt cache (billed lower), and output; `Spent` is tokens split the same way. `DEFAULT_PRICES` holds list prices of
-common models as published in 2025; `parse_prices` reads the operator's own entries
-(`COMPANION_PRICES`), which win over the defaults. A model with no price has no cost:
-reports show it as unknown and money budgets refuse to start without one.
+provider's prompt cache (billed lower), and output; `Spent` is tokens split the same way.
+`DEFAULT_PRICES` holds list prices of common models as published in 2025; `parse_prices`
+reads the operator's own entries (`COMPANION_PRICES`), which win over the defaults. A model
+with no price has no cost: reports show it as unknown, and money budgets refuse to start.
 """
 
 from __future__ import annotations

@@ -20,13 +20,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, delete, event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
 from core.memory.prompt import Entry, counted, render
 from core.models import Agent, Block, Event, Message, Passage, Reply, Summary
 from core.scope import Scope
+
+MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 
 
 def write_block(block: Block, value: str, now: datetime) -> None:
@@ -51,6 +53,7 @@ class AgentStore:
         self.max_message_tokens = max_message_tokens
         self.agent: Agent | None = None  # the locked row, once `lock_agent` took it
         self._locked_version = 0
+        self._dirty = False  # the queue or summary changed in this transaction
         self._bumped = False
         self.passages_added = 0  # by this store: a turn's status counts them without a query
 
@@ -70,26 +73,34 @@ class AgentStore:
         )
         assert agent is not None, f"agent {self.scope.agent_id} vanished"
         self.agent, self._locked_version = agent, agent.context_version
+        event.listen(self.session.sync_session, "before_commit", self._seal)
         return agent
 
     async def _changed(self) -> None:
-        """The queue or the summary changed: the context version moves on (once).
+        """The queue or the summary changed: the context version moves on, once.
 
-        On the locked row it is one more column in the UPDATE the turn makes anyway. Checked
-        against the version as locked, not a flag: after a savepoint rolled back and the
-        row was refreshed, the next change moves it on again.
+        On the locked row, at commit (`_seal`): one more column in the UPDATE the turn makes
+        anyway, and a rolled-back savepoint cannot take it back. Otherwise at once.
         """
-        if self.agent is not None:
-            if self.agent.context_version == self._locked_version:
-                self.agent.context_version = self._locked_version + 1
-            return
-        if not self._bumped:
+        self._dirty = True
+        if self.agent is None and not self._bumped:
             await self.session.execute(
                 update(Agent)
                 .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
                 .values(context_version=Agent.context_version + 1)
             )
             self._bumped = True
+
+    def _seal(self, session: Any) -> None:
+        """At the transaction's commit (not a savepoint's): the version moves on."""
+        if not session.in_nested_transaction():
+            self.seal()
+
+    def seal(self) -> None:
+        """Move the locked row's version on now if the context changed (it is done at
+        commit anyway; sooner, it goes out with the row's other changes)."""
+        if self._dirty and self.agent is not None:
+            self.agent.context_version = self._locked_version + 1
 
     async def blocks(self) -> dict[str, Block]:
         rows = await self.session.scalars(select(Block).where(self._mine(Block)))
@@ -121,12 +132,19 @@ class AgentStore:
         """Store a message, in the FIFO queue unless `in_context=False`, counted as the
         prompt shows it; returns it with that rendering."""
         fields.setdefault("in_context", True)
-        message = Message(
-            tenant_id=self.scope.tenant_id, agent_id=self.scope.agent_id, created_at=now, **fields
-        )
+        values = {
+            "tenant_id": self.scope.tenant_id,
+            "agent_id": self.scope.agent_id,
+            "created_at": now,
+            **fields,
+        }
+        message = Message(**values)
         entry = counted(message, self.max_message_tokens)
-        self.session.add(message)
-        await self.session.flush()
+        # One INSERT on the table, not a flush of the session: nothing else waits to go out
+        # with it (the agent row's changes leave once, with the turn's last ones).
+        message.id = await self.session.scalar(
+            insert(MESSAGES).values(**values, tokens=message.tokens).returning(MESSAGES.c.id)
+        )
         if message.in_context:
             await self._changed()
         return entry

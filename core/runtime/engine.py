@@ -39,10 +39,10 @@ from core.errors import CompanionError, ModelError
 from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
 from core.logcontext import bind
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
-from core.memory.contexts import Snapshot
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, Turn, TurnResult
+from core.memory.window import MainContext
 from core.models import Agent, Event
 from core.ports import Counter, Send, Timer
 from core.runtime.activity import Activity
@@ -245,7 +245,7 @@ class Engine:
                 results.append(result)
                 more = await session.scalar(_pending(scope, Event.id))
             if context is not None:  # committed: the agent's next turn here starts from it
-                self.mind.contexts.put(scope.agent_id, context)
+                self.mind.contexts.put(scope.agent_id, context.snapshot())
             if self.embeddings is not None:  # committed: the new messages get their vectors
                 self.embeddings.wake()
             # An event stored after this check is drained by its own submitter, who waited
@@ -255,10 +255,10 @@ class Engine:
 
     async def _handle(
         self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
-    ) -> tuple[TurnResult, Snapshot | None]:
+    ) -> tuple[TurnResult, MainContext | None]:
         """Handle one event: (what came of it, the main context a completed turn left)."""
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
-        context: Snapshot | None = None
+        context: MainContext | None = None
         tenant, user = await member_of(session, agent)
         limited = await over_limit(session, store.scope, event, now, self.mind.config)
         if limited is not None:
@@ -283,6 +283,7 @@ class Engine:
             await store.add_outbox(text, event.id, now)
         event.status, event.error, event.processed_at = status, result.error, now
         purpose = (event.payload.get("meta") or {}).get("purpose")
+        store.seal()  # with the schedule's changes to the row, in one UPDATE
         after_event(
             agent,
             tenant,
@@ -308,13 +309,13 @@ class Engine:
         now: datetime,
         timezone: str,
         member_name: str | None,
-    ) -> tuple[TurnResult, EventStatus, list[str], Snapshot | None]:
+    ) -> tuple[TurnResult, EventStatus, list[str], MainContext | None]:
         """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
         turn = Turn(self.mind, store, agent, event, now, timezone, member_name)
         try:
             async with session.begin_nested():
                 result = await turn.run()
-            return result, EventStatus.DONE, result.replies, turn.context.snapshot()
+            return result, EventStatus.DONE, result.replies, turn.context
         except ModelError as error:
             log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
             self.mind.metrics.count(Counter.ERRORS, kind="model")
