@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
 from core.memory.prompt import Entry, counted, render
-from core.models import Agent, Block, Event, Message, Passage, Reply, Summary
+from core.models import Agent, Block, Event, Message, Passage, Reply, Summary, Tenant, User
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -52,6 +52,8 @@ class AgentStore:
         self.scope = scope
         self.max_message_tokens = max_message_tokens
         self.agent: Agent | None = None  # the locked row, once `lock_agent` took it
+        self.member: tuple[Tenant, User] | None = None  # its tenant and user, with it
+        self.passages = 0  # in archival storage when the row was locked
         self._locked_version = 0
         self._dirty = False  # the queue or summary changed in this transaction
         self._bumped = False
@@ -64,14 +66,22 @@ class AgentStore:
         """Row-lock the agent for this transaction: one turn at a time, across processes.
 
         FOR NO KEY UPDATE, not FOR UPDATE: inserting an event that references the agent
-        (its foreign key takes KEY SHARE) must not wait for the turn to end.
+        (its foreign key takes KEY SHARE) must not wait for the turn to end. Its tenant and
+        user (`member`) and how many passages it holds (`passages`) come in the same round
+        trip, unlocked.
         """
-        agent = await self.session.scalar(
-            select(Agent)
-            .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
-            .with_for_update(key_share=True)
-        )
-        assert agent is not None, f"agent {self.scope.agent_id} vanished"
+        passages = select(func.count()).where(self._mine(Passage)).scalar_subquery()
+        row = (
+            await self.session.execute(
+                select(Agent, Tenant, User, passages)
+                .join(User, User.id == Agent.user_id)
+                .join(Tenant, Tenant.id == Agent.tenant_id)
+                .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
+                .with_for_update(key_share=True, of=Agent)
+            )
+        ).first()
+        assert row is not None, f"agent {self.scope.agent_id} vanished"
+        agent, self.member, self.passages = row[0], (row[1], row[2]), int(row[3])
         self.agent, self._locked_version = agent, agent.context_version
         event.listen(self.session.sync_session, "before_commit", self._seal)
         return agent

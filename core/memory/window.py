@@ -121,7 +121,7 @@ class MainContext:
             self.queue, self.queue_tokens = list(kept.entries), kept.queue_tokens
             self.summary, self.summary_shown = kept.summary, kept.summary_shown
         self.shown = [entry.shown for entry in self.queue]
-        self.archival = await self.store.passage_count()
+        self.archival = self.store.passages  # counted when the row was locked
         self.newest = await self.append(**trigger)
 
     def snapshot(self) -> Snapshot:

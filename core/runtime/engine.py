@@ -34,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.directory import ensure_agent, member_of
+from core.directory import ensure_agent
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
 from core.logcontext import bind
@@ -259,7 +259,8 @@ class Engine:
         """Handle one event: (what came of it, the main context a completed turn left)."""
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
         context: MainContext | None = None
-        tenant, user = await member_of(session, agent)
+        assert store.member is not None, "drain locked the agent"
+        tenant, user = store.member
         limited = await over_limit(session, store.scope, event, now, self.mind.config)
         if limited is not None:
             reason, reply = limited
