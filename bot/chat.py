@@ -1,8 +1,9 @@
 """`companion chat`: the terminal front end.
 
 On a terminal it is interactive (line editing, /memory, /quit; --verbose shows the agent's
-inner monologue, function calls, and each model call's tokens: prompt, cached, output). Otherwise every input line is one user message,
-handled in order, and only the agent's messages are written to stdout.
+inner monologue, function calls, and each model call's tokens: prompt, cached, output).
+Otherwise every input line is one user message, handled in order, and only the agent's
+messages are written to stdout.
 """
 
 from __future__ import annotations
