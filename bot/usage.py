@@ -14,7 +14,7 @@ from itertools import groupby
 
 from bot.app import App
 from core.errors import ConfigError
-from core.members.service import UsageDay
+from core.members.spending import MemberDay
 from core.prices import Price, Spent
 
 HEADERS = ("day", "tenant", "member", "calls", "input", "cached input", "output", "est. cost")
@@ -31,7 +31,7 @@ def _row(
     return [day, tenant, member, f"{calls:,}", *(f"{n:,}" for n in amounts), _cost(spent, price)]
 
 
-def usage_rows(days: Sequence[UsageDay], price: Price | None) -> list[list[str]]:
+def usage_rows(days: Sequence[MemberDay], price: Price | None) -> list[list[str]]:
     """One row per member and day (they come sorted), then each tenant's total for the day."""
     rows: list[list[str]] = []
     for (day, tenant), group in groupby(days, key=lambda d: (d.day, d.tenant)):

@@ -17,13 +17,15 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.eval.locomo import CATEGORIES, EvidenceLog, import_conversation, parse_evidence
 from bot.eval.report import Report, percent
 from core.events import EventKind, InboundEvent
 from core.memory.embeddings import embed_missing
+from core.memory.store import AgentStore
+from core.models import Agent
 from core.ports import ChatModel
 from core.runtime.engine import Engine
 from core.scope import Scope
@@ -87,7 +89,7 @@ async def answer_questions(
                     "correct": await judge(judge_model, qa["question"], str(qa["answer"]), reply),
                 }
             )
-            await _forget_the_exchange(sessions, scope)
+            await _forget_the_exchange(engine, scope)
             progress(len(items), total)
     return _report(task, items)
 
@@ -103,16 +105,17 @@ def _questions(sample: dict[str, Any], known: set[str], limit: int | None) -> li
     return chosen[:limit]
 
 
-async def _forget_the_exchange(sessions: async_sessionmaker[AsyncSession], scope: Scope) -> None:
-    """Back to the imported past: the question, the reply and any summary go."""
-    params = {"t": scope.tenant_id, "a": scope.agent_id}
-    async with sessions() as session, session.begin():
-        for statement in (
-            "DELETE FROM messages WHERE tenant_id = :t AND agent_id = :a AND event_id IS NOT NULL",
-            "DELETE FROM summaries WHERE tenant_id = :t AND agent_id = :a",
-            "UPDATE agents SET pressure_warned = false WHERE tenant_id = :t AND id = :a",
-        ):
-            await session.execute(text(statement), params)
+async def _forget_the_exchange(engine: Engine, scope: Scope) -> None:
+    """Back to the imported past: the question, the reply and any summary go (through the
+    store, so a main context kept from the question's turn is not used again)."""
+    async with engine.sessions() as session, session.begin():
+        store = AgentStore(session, scope, engine.mind.config.max_message_tokens)
+        await store.forget_exchanges()
+        await session.execute(
+            update(Agent)
+            .where(Agent.tenant_id == scope.tenant_id, Agent.id == scope.agent_id)
+            .values(pressure_warned=False)
+        )
 
 
 def _report(task: str, items: list[dict[str, Any]]) -> Report:

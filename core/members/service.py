@@ -30,11 +30,11 @@ from core.members import browse
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
+from core.members.spending import MemberDay, member_days
 from core.memory.search import Page, recall_search
 from core.memory.store import AgentStore, write_block
-from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, Usage, User
+from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder, Progress
-from core.prices import Spent
 from core.schedule.planning import plan_for, replan
 from core.scope import Scope, enter_scope
 
@@ -48,17 +48,6 @@ class ScheduledOpener:
     at: datetime  # UTC
     timezone: str  # the member's
     why: str
-
-
-@dataclass(frozen=True)
-class UsageDay:
-    """What one member's agent spent on the model on one UTC day."""
-
-    day: date
-    tenant: str
-    user: str
-    calls: int
-    spent: Spent
 
 
 @dataclass(frozen=True)
@@ -367,30 +356,10 @@ class Members:
                 found.append(ScheduledOpener(tenant, user, agent.next_opener_at, zone, plan.why))
             return found
 
-    async def usage(self, since: date, tenant: str | None = None) -> list[UsageDay]:
+    async def usage(self, since: date, tenant: str | None = None) -> list[MemberDay]:
         """Model usage per member and UTC day from `since` on: by day, tenant, member."""
-        query = (
-            select(Usage, Tenant.key, User.external_id)
-            .join(Agent, Agent.id == Usage.agent_id)
-            .join(User, User.id == Agent.user_id)
-            .join(Tenant, Tenant.id == Usage.tenant_id)
-            .where(Usage.day >= since)
-            .order_by(Usage.day, Tenant.key, User.external_id)
-        )
-        if tenant is not None:
-            query = query.where(Tenant.key == tenant)
         async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        return [
-            UsageDay(
-                row.day,
-                key,
-                user,
-                row.calls,
-                Spent(row.tokens, row.cached_tokens, row.completion_tokens),
-            )
-            for row, key, user in rows
-        ]
+            return await member_days(session, since, tenant)
 
     async def audit_log(self, tenant: str, limit: int = 50) -> list[AuditEntry]:
         async with self.sessions() as session:

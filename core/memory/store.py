@@ -178,6 +178,15 @@ class AgentStore:
             await self.session.execute(delete(model).where(self._mine(model)))
         await self._changed()
 
+    async def forget_exchanges(self) -> None:
+        """Back to a past that was imported: every message an event brought and every
+        summary go (how `companion eval` gives each question the same memory)."""
+        await self.session.execute(
+            delete(Message).where(self._mine(Message), Message.event_id.is_not(None))
+        )
+        await self.session.execute(delete(Summary).where(self._mine(Summary)))
+        await self._changed()
+
     async def latest_summary(self) -> Summary | None:
         return await self.session.scalar(
             select(Summary).where(self._mine(Summary)).order_by(Summary.id.desc()).limit(1)
@@ -223,6 +232,3 @@ class AgentStore:
                 created_at=now,
             )
         )
-
-    async def passage_count(self) -> int:
-        return int(await self.session.scalar(select(func.count()).where(self._mine(Passage))) or 0)
