@@ -1,0 +1,322 @@
+"""Slack HTTP: messages per second, latency and CPU per message through `companion run`.
+
+    python bench/slack_http.py [--agents 50] [--messages 20] [--clients 10] [--window 8192]
+
+The whole product path of Slack's HTTP mode, in separate processes as deployed:
+
+- `companion run` as a subprocess (Slack HTTP mode: SLACK_BOT_TOKEN + SLACK_SIGNING_SECRET),
+  on an embedded Postgres that this script starts in a temporary directory and migrates;
+- signed Events API POSTs (`message` events in DMs, one member per agent) to its
+  `/slack/events`, from --clients concurrent clients in this process;
+- its Web API calls (`auth.test`, `users.info`, `chat.postMessage`, ...) go to
+  `tests.fake_slack.FakeSlack` in this process (SLACK_API_URL);
+- its model is `tests.fake_openai.FakeOpenAI` in this process, answering at once with one
+  send_message call that echoes the message, reporting no `usage` (so the fake does not
+  tokenize the prompt); its embeddings endpoint serves the embedding worker too.
+
+Each client takes the next message of a shared list (--agents x --messages, the agents'
+messages interleaved), POSTs it, and waits for the reply: the `chat.postMessage` call that
+carries the message's tag. Latency = from before the POST to that call reaching FakeSlack;
+the acknowledgement (Slack's 3 s deadline) is timed too. Every agent first gets one
+untimed message (its member, agent and Slack profile are created then).
+
+Messages/s = timed messages / (last reply - first POST). CPU per message = the CPU time
+(user + system, /proc) of the `companion run` process over the timed window, divided by
+the messages; Postgres (all its processes) and this script (clients and fakes) are
+reported beside it. On a 2-core machine all of them share the same two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import resource
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+
+from bench.common import ROOT, machine, revision, settings_block, stats_ms, table
+from bench.load import echo_brain
+from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
+from tests.fake_openai import FakeOpenAI
+from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+
+SECRET = "bench-signing-secret"
+TICKS = os.sysconf("SC_CLK_TCK")
+TAG = re.compile(r"\[(m\d+)\]")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def postgres_pids(data_dir: Path) -> list[int]:
+    """The embedded server's postmaster and every process it started."""
+    pidfile = next(data_dir.rglob("postmaster.pid"))
+    main = int(pidfile.read_text().split()[0])
+    found = [main]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == main:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except OSError:
+            pass  # a backend that has exited
+    return total
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def envelope(user: str, text: str, n: int) -> str:
+    ts = f"17{n:08d}.000100"
+    event = {
+        "type": "message",
+        "channel": f"D{user}",
+        "user": user,
+        "text": text,
+        "ts": ts,
+        "channel_type": "im",
+        "event_ts": ts,
+    }
+    return json.dumps(
+        {
+            "token": "legacy",
+            "team_id": TEAM,
+            "api_app_id": "A1",
+            "event": event,
+            "type": "event_callback",
+            "event_id": f"Ev{n}",
+            "event_time": 1700000000,
+            "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": True}],
+        }
+    )
+
+
+class Replies:
+    """When each tagged message's reply reached the fake Slack."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[str, asyncio.Future[float]] = {}
+
+    def expect(self, tag: str) -> asyncio.Future[float]:
+        future = asyncio.get_running_loop().create_future()
+        self.waiting[tag] = future
+        return future
+
+    async def on_call(self, method: str, args: dict[str, Any]) -> None:
+        if method != "chat.postMessage":
+            return
+        found = TAG.search(str(args.get("text", "")))
+        future = self.waiting.pop(found.group(1), None) if found else None
+        if future is not None and not future.done():
+            future.set_result(time.perf_counter())
+
+
+def plan(agents: int, messages: int) -> Iterator[tuple[str, int]]:
+    """(member, message number), the agents' messages interleaved."""
+    n = 0
+    for _ in range(messages):
+        for a in range(agents):
+            n += 1
+            yield f"U{a:04d}", n
+
+
+async def send(
+    http: aiohttp.ClientSession, url: str, replies: Replies, user: str, n: int
+) -> tuple[float, float, float]:
+    """POST one message; returns (started, acknowledged, replied) times."""
+    tag = f"m{n}"
+    body = envelope(user, f"Hello there, this is message [{tag}] about my week.", n)
+    reply = replies.expect(tag)
+    started = time.perf_counter()
+    async with http.post(url, data=body, headers=signed(body, SECRET)) as response:
+        if response.status != 200:
+            raise SystemExit(f"/slack/events answered {response.status}: {await response.text()}")
+    acknowledged = time.perf_counter()
+    replied = await asyncio.wait_for(reply, 60)
+    return started, acknowledged, replied
+
+
+async def wait_listening(http: aiohttp.ClientSession, port: int, proc: Any) -> None:
+    for _ in range(600):
+        if proc.returncode is not None:
+            raise SystemExit(f"companion run exited with {proc.returncode}")
+        try:
+            async with http.get(f"http://127.0.0.1:{port}/readyz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise SystemExit("companion run did not become ready")
+
+
+def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: Any) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "COMPANION_"))}
+    env.update(
+        DATABASE_URL=url,
+        OPENAI_BASE_URL=fake.base_url,
+        OPENAI_API_KEY="bench",
+        COMPANION_MODEL="fake",
+        COMPANION_CONTEXT_WINDOW=str(args.window),
+        COMPANION_EMBEDDING_MODEL="fake-embed",
+        COMPANION_EMBEDDING_DIM="16",
+        COMPANION_RATE_LIMIT="off",
+        COMPANION_LOG_LEVEL="WARNING",
+        SLACK_BOT_TOKEN="xoxb-bench",
+        SLACK_SIGNING_SECRET=SECRET,
+        SLACK_API_URL=api.base_url,
+        COMPANION_HTTP_HOST="127.0.0.1",
+        COMPANION_HTTP_PORT=str(port),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+async def run(args: argparse.Namespace, data_dir: Path) -> None:
+    async with embedded_postgres(data_dir / "pg") as admin_url:
+        url = await serve_as_app_role(admin_url)
+        engine = make_engine(url, pool_size=1)
+        await migrate(engine, 16)
+        await engine.dispose()
+        replies = Replies()
+        port = free_port()
+        async with FakeOpenAI(echo_brain, embedding_dim=16) as fake, FakeSlack() as api:
+            api.on_call = replies.on_call
+            for a in range(args.agents):
+                api.add_user(f"U{a:04d}")
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "bot.cli",
+                "run",
+                env=companion_env(url, fake, api, port, args),
+                cwd=ROOT,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                await measure(args, proc, port, replies, data_dir, fake)
+            finally:
+                proc.terminate()
+                _, err = await proc.communicate()
+                if proc.returncode not in (0, -15):
+                    print(err.decode()[-3000:], file=sys.stderr)
+
+
+async def measure(
+    args: argparse.Namespace,
+    proc: Any,
+    port: int,
+    replies: Replies,
+    data_dir: Path,
+    fake: FakeOpenAI,
+) -> None:
+    url = f"http://127.0.0.1:{port}/slack/events"
+    connector = aiohttp.TCPConnector(limit=args.clients)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        await wait_listening(http, port, proc)
+        n0 = 10_000_000
+        warm = [(f"U{a:04d}", n0 + a) for a in range(args.agents)]
+        await asyncio.gather(*(send(http, url, replies, user, n) for user, n in warm))
+        todo = list(plan(args.agents, args.messages))
+        todo.reverse()
+        done: list[tuple[float, float, float]] = []
+        calls_before = len(fake.requests)
+
+        async def client() -> None:
+            while todo:
+                user, n = todo.pop()
+                done.append(await send(http, url, replies, user, n))
+
+        pg = postgres_pids(data_dir)  # after the warm-up: the server's connections are open
+        cpu0, pg0, own0 = cpu_seconds(proc.pid), cpu_of(pg), own_cpu()
+        load = os.getloadavg()
+        await asyncio.gather(*(client() for _ in range(args.clients)))
+        cpu, pg_cpu, own = cpu_seconds(proc.pid) - cpu0, cpu_of(pg) - pg0, own_cpu() - own0
+        calls = len(fake.requests) - calls_before
+    n = len(done)
+    first = min(d[0] for d in done)
+    last = max(d[2] for d in done)
+    latency = stats_ms([d[2] - d[0] for d in done])
+    ack = stats_ms([d[1] - d[0] for d in done])
+    print(
+        settings_block(
+            "Settings",
+            {
+                "machine": machine(),
+                "load during the run": " ".join(f"{x:.2f}" for x in load) + " (at its start)",
+                "code": revision(),
+                "server": "companion run (Slack HTTP mode), its own process",
+                "database": "embedded Postgres, served as companion_app",
+                "model": "tests.fake_openai.FakeOpenAI, echo in one send_message, no usage",
+                "Slack Web API": "tests.fake_slack.FakeSlack",
+                "load": f"{args.agents} agents x {args.messages} messages, {args.clients} "
+                "clients, each waits for its reply before the next",
+                "context window": args.window,
+            },
+        )
+    )
+    print(f"\nchat model calls (with tools or summaries) during the timed run: {calls}")
+    print(
+        table(
+            ["measure", "value"],
+            [
+                ["messages", n],
+                ["messages/s", f"{n / (last - first):.1f}"],
+                ["latency p50 (POST to chat.postMessage), ms", f"{latency['median']:.0f}"],
+                ["latency p95, ms", f"{latency['p95']:.0f}"],
+                ["acknowledgement p50 / p95, ms", f"{ack['median']:.0f} / {ack['p95']:.0f}"],
+                ["companion run CPU per message, ms", f"{cpu / n * 1000:.1f}"],
+                ["Postgres CPU per message (all its processes), ms", f"{pg_cpu / n * 1000:.1f}"],
+                ["this script CPU per message (clients, fakes), ms", f"{own / n * 1000:.1f}"],
+            ],
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=50)
+    parser.add_argument("--messages", type=int, default=20, help="timed messages per agent")
+    parser.add_argument("--clients", type=int, default=10, help="concurrent senders")
+    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
+        asyncio.run(run(args, Path(data_dir)))
+
+
+if __name__ == "__main__":
+    main()
