@@ -260,3 +260,19 @@ async def test_a_failed_turn_keeps_the_previous_copy_valid(make_engine_for, fake
     assert not any(m.get("tool_calls") and "Friday" in str(m) for m in prompt)
     said = [m["content"] for m in prompt if m["role"] == "user"]
     assert "remember I fly on Friday" in said and said.count("remember I fly on Friday") == 1
+
+
+async def test_a_persons_block_edit_reaches_the_next_prompt(make_engine_for, fake, clock, sessions):
+    """Working context is read every turn: an edit from the inspector shows at once, while
+    the queue still comes from the kept copy."""
+    fake.brain = brain
+    config = EngineConfig(context_window=8192, rate_limit=None)
+    engine = make_engine_for(config)
+    members = Members(sessions, config, clock)
+    scope = await engine.agent("t", "u")
+    await engine.converse(scope, msg("hello before the edit"))
+    await members.edit_block("t", "u", "human", "Likes sailing on Saturdays.")
+    clock.advance(minutes=1)
+    await engine.converse(scope, msg("hello after the edit"))
+    assert "Likes sailing on Saturdays." in fake.chat_requests[-1]["messages"][0]["content"]
+    assert engine.mind.contexts.hits == 1
