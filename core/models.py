@@ -116,7 +116,7 @@ class Agent(Base):
     next_upkeep_at: Mapped[datetime | None] = mapped_column(TS)
     # Moves on whenever the FIFO queue or summary changes (core.memory.store): a copy of
     # the main context kept between turns (core.memory.contexts) is valid for one version.
-    context_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    context_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     # How the queued messages' tokens were counted (core.memory.prompt.count_basis).
     count_basis: Mapped[str | None] = mapped_column(String)
 
