@@ -23,7 +23,8 @@ untimed message (its member, agent and Slack profile are created then).
 Messages/s = timed messages / (last reply - first POST). CPU per message = the CPU time
 (user + system, /proc) of the `companion run` process over the timed window, divided by
 the messages; Postgres (all its processes) and this script (clients and fakes) are
-reported beside it. On a 2-core machine all of them share the same two cores.
+reported beside it. On a 2-core machine all of them share the same two cores. With
+--profile FILE the server runs under cProfile (slower) and leaves its statistics in FILE.
 """
 
 from __future__ import annotations
@@ -217,8 +218,10 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
             api.on_call = replies.on_call
             for a in range(args.agents):
                 api.add_user(f"U{a:04d}")
+            profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
+                *profile,
                 "-m",
                 "bot.cli",
                 "run",
@@ -313,6 +316,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20, help="timed messages per agent")
     parser.add_argument("--clients", type=int, default=10, help="concurrent senders")
     parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    parser.add_argument("--profile", help="run companion under cProfile, its stats to this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))
