@@ -12,13 +12,14 @@ Each chat request is turned into one token sequence in the order a provider cach
 function schemas, then each message: role, text, calls; `tests.fake_openai.prompt_tokens`).
 For two consecutive chat calls of the agent, the cacheable share is the length of their
 common prefix divided by the length of the second. Pairs are reported in three groups:
-between flushes (no summary call and no change of the system message between them), at a
-flush (a summary call came between them) and at a block edit (the system message changed).
+between flushes (neither a summary call nor a block edit between them), at a
+flush (a summary call came between them) and at a block edit (the call right after a
+`core_memory_append`: the system message holds the new block).
 
 Also: the first prompt of a fresh agent (`tests.fake_openai.count_prompt`, the count the fake
 reports as `usage.prompt_tokens`) and the growth per plain message: how many tokens the next
 call's prompt has more than the previous one's between flushes, beside how many of them are
-the two texts themselves (the member's message and the reply).
+the two texts themselves (the member's new message and the reply to the one before).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from tests.fake_openai import (
     common_prefix,
     count_prompt,
     is_summary_request,
+    last,
     last_user_text,
     prompt_tokens,
     say,
@@ -71,7 +73,7 @@ def brain(body: dict[str, Any]) -> dict[str, Any]:
     """One send_message per message; `remember ...` edits working context first."""
     if is_summary_request(body):
         return summary_of(body)
-    if body["messages"][-2]["role"] == "tool":  # the block edit ran: now answer
+    if last(body).get("role") == "tool":  # the block edit ran: now answer
         return say("Noted.")
     text = last_user_text(body)
     if text.startswith("remember "):
@@ -95,11 +97,7 @@ GROUPS = ("between flushes", "at a flush", "at a block edit")
 
 def classify(requests: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Cacheable shares of consecutive chat calls, by what came between them."""
-    groups: dict[str, list[float]] = {
-        "between flushes": [],
-        "at a flush": [],
-        "at a block edit": [],
-    }
+    groups: dict[str, list[float]] = {name: [] for name in GROUPS}
     previous: dict[str, Any] | None = None
     flushed = False
     for body in requests:
@@ -111,7 +109,7 @@ def classify(requests: list[dict[str, Any]]) -> dict[str, list[float]]:
             share = common_prefix(prompt_tokens(previous), tokens) / len(tokens)
             if flushed:
                 groups["at a flush"].append(share)
-            elif previous["messages"][0] != body["messages"][0]:
+            elif last(body).get("role") == "tool":  # the step after core_memory_append
                 groups["at a block edit"].append(share)
             else:
                 groups["between flushes"].append(share)
@@ -126,14 +124,14 @@ def growth(requests: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
     for body in requests:  # None marks a summary call: no pair across it
         chats.append(None if is_summary_request(body) else body)
     for previous, body in zip(chats, chats[1:], strict=False):
-        if previous is None or body is None or previous["messages"][0] != body["messages"][0]:
+        if previous is None or body is None:
             continue
-        said = last_user_text(previous)
-        if said.startswith("remember ") or last_user_text(body).startswith("remember "):
+        answered, new = last_user_text(previous), last_user_text(body)
+        if answered.startswith("remember ") or new.startswith("remember "):
             continue
         grew.append(count_prompt(body) - count_prompt(previous))
-        reply = f"You said: {said[:60]}"
-        texts.append(len(ENC.encode(said)) + len(ENC.encode(reply)))
+        reply = f"You said: {answered[:60]}"  # what the brain sent for the previous message
+        texts.append(len(ENC.encode(new)) + len(ENC.encode(reply)))
     return grew, texts
 
 
@@ -212,7 +210,7 @@ async def main() -> None:
                 ["first prompt of a fresh agent", first],
                 ["growth per plain message, median", statistics.median(grew)],
                 [
-                    "  of which the member's text and the reply, median",
+                    "  of which the two texts, median",
                     statistics.median(text_tokens),
                 ],
                 [
