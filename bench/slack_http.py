@@ -58,34 +58,29 @@ TICKS = os.sysconf("SC_CLK_TCK")
 TAG = re.compile(r"\[(m\d+)\]")
 
 
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of one process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def postgres_pids(data_dir: Path) -> list[int]:
-    """The embedded server's postmaster and every process it started."""
-    pidfile = next(data_dir.rglob("postmaster.pid"))
-    main = int(pidfile.read_text().split()[0])
-    found = [main]
+def postgres_cpu(data_dir: Path) -> float:
+    """CPU of the embedded server so far: the postmaster, the backends it has reaped
+    (its children's CPU) and the ones still running."""
+    main = int(next(data_dir.rglob("postmaster.pid")).read_text().split()[0])
+    fields = _stat(main)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            child = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
-            continue
-        if int(fields[1]) == main:
-            found.append(int(stat.parent.name))
-    return found
-
-
-def cpu_of(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            total += cpu_seconds(pid)
-        except OSError:
-            pass  # a backend that has exited
+            continue  # exited meanwhile
+        if int(child[1]) == main:
+            total += (int(child[11]) + int(child[12])) / TICKS
     return total
 
 
@@ -264,11 +259,11 @@ async def measure(
                 user, n = todo.pop()
                 done.append(await send(http, url, replies, user, n))
 
-        pg = postgres_pids(data_dir)  # after the warm-up: the server's connections are open
-        cpu0, pg0, own0 = cpu_seconds(proc.pid), cpu_of(pg), own_cpu()
+        cpu0, pg0, own0 = cpu_seconds(proc.pid), postgres_cpu(data_dir), own_cpu()
         load = os.getloadavg()
         await asyncio.gather(*(client() for _ in range(args.clients)))
-        cpu, pg_cpu, own = cpu_seconds(proc.pid) - cpu0, cpu_of(pg) - pg0, own_cpu() - own0
+        cpu, pg_cpu = cpu_seconds(proc.pid) - cpu0, postgres_cpu(data_dir) - pg0
+        own = own_cpu() - own0
         calls = len(fake.requests) - calls_before
     n = len(done)
     first = min(d[0] for d in done)

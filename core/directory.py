@@ -30,6 +30,10 @@ async def ensure_agent(
     config: EngineConfig,
     display_name: str | None = None,
 ) -> Scope:
+    """The member's agent, created with its tenant, user and blocks the first time."""
+    known = await find_agent(session, tenant, user)  # nearly always: one round trip
+    if known is not None:
+        return known
     tenant_id = await _upsert_id(session, Tenant, {"key": tenant}, ["key"])
     user_id = await _upsert_id(
         session,

@@ -48,9 +48,12 @@ class Outbox:
         fails is counted on the reply and raised; the reply stays for the next attempt.
         """
         sent: list[str] = []
-        while True:
+        more = True
+        while more:
             async with self.sessions() as session, session.begin():
-                reply = await session.scalar(
+                # Two at a time: when only one is left, no transaction is needed to find
+                # that none is (the turn wrote all of its replies before it committed).
+                found = await session.scalars(
                     select(Reply)
                     .where(
                         Reply.event_id == event_id,
@@ -58,11 +61,13 @@ class Outbox:
                         Reply.attempts < MAX_DELIVERY_ATTEMPTS,
                     )
                     .order_by(Reply.id)
-                    .limit(1)
+                    .limit(2)
                     .with_for_update(skip_locked=True)
                 )
-                if reply is None:
+                replies = list(found)
+                if not replies:
                     return sent
+                reply, more = replies[0], len(replies) > 1
                 if (reply.tenant_id, reply.agent_id) != (scope.tenant_id, scope.agent_id):
                     log.error(
                         "reply %s of event %s belongs to agent %s, not to agent %s whose "
@@ -84,6 +89,7 @@ class Outbox:
                     sent.append(reply.text)
                     continue
             raise failure
+        return sent
 
     async def redeliver(self, older_than: timedelta, platforms: Platforms) -> tuple[int, int]:
         """Retry replies that did not go out (platform down, process killed after the turn).
