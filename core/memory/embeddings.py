@@ -68,6 +68,8 @@ async def embed_missing(
                 )
             done += len(rows)
             last_id = rows[-1].id
+            if len(rows) < batch:  # that was all; a row committed since wakes another pass
+                break
     return done
 
 
