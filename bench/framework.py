@@ -313,7 +313,8 @@ async def part_d(db: Database, config: EngineConfig, args: argparse.Namespace) -
     count = TokenCounter.count
     system = body["messages"][0]["content"]
     assert system.startswith(INSTRUCTIONS), "the system prompt no longer starts with INSTRUCTIONS"
-    blocks_text, _, status = system[len(INSTRUCTIONS) :].partition("\n\nStatus:")
+    blocks_text = system[len(INSTRUCTIONS) :]
+    status = str(body["messages"][-1]["content"])  # the status alert ends every prompt
     total = count_prompt(body)
     instructions = count(INSTRUCTIONS)
     schemas = tools_tokens()
@@ -336,13 +337,13 @@ async def part_d(db: Database, config: EngineConfig, args: argparse.Namespace) -
                     f"{schemas / total:.0%}",
                 ],
                 ["working-context blocks (persona, human)", blocks, f"{blocks / total:.0%}"],
-                ["the rest (status line, user message, framing)", rest, f"{rest / total:.0%}"],
+                ["the rest (status alert, user message, framing)", rest, f"{rest / total:.0%}"],
                 ["total (tests.fake_openai.count_prompt)", total, "100%"],
             ],
         )
     )
     print(
-        f"    status line: {count('Status:' + status)} tokens; "
+        f"    status alert: {count(status)} tokens; "
         f"{len(others)} message(s) after the system prompt"
     )
 
