@@ -129,8 +129,10 @@ async def slack_running(
     router: Router,
     health: Health,
     serve_http: Callable[[Any], Any],
+    connections: aiohttp.ClientSession | None = None,
 ) -> AsyncIterator[None]:
-    """Slack, until the block ends. `serve_http(bolt_app)` serves HTTP mode's events."""
+    """Slack, until the block ends. `serve_http(bolt_app)` serves HTTP mode's events; Web API
+    calls go over `connections` (kept alive; the caller closes them after the last reply)."""
     from adapters.slack import build_slack_app
     from adapters.slack.events import dm_sender as slack_dm
     from adapters.slack.events import finish_held
@@ -139,7 +141,11 @@ async def slack_running(
     settings = app.settings
     assert settings.slack_bot_token
     slack = build_slack_app(
-        services, settings.slack_bot_token, settings.slack_signing_secret, settings.slack_api_url
+        services,
+        settings.slack_bot_token,
+        settings.slack_signing_secret,
+        settings.slack_api_url,
+        connections,
     )
     router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
 

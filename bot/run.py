@@ -32,7 +32,7 @@ from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientSession, web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
@@ -127,13 +127,17 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
             await outlets.enter_async_context(discord_running(app, services, router, health))
+        # Slack's replies go out over these kept-alive connections: closed after the turns too.
+        connections = None
+        if settings.slack_bot_token:
+            connections = await outlets.enter_async_context(ClientSession())
         async with AsyncExitStack() as inlets:
             if not slack_http:  # otherwise the routes go on Slack's server
                 web_app = http_routes(web.Application(), app, health)
                 await inlets.enter_async_context(serving(web_app, host, port))
             if settings.slack_bot_token:
                 await inlets.enter_async_context(
-                    slack_running(app, services, router, health, serve_slack)
+                    slack_running(app, services, router, health, serve_slack, connections)
                 )
             app.engine.activity.start(recover(app, router), "recovery after start")
             await inlets.enter_async_context(scheduler_running(app, router))

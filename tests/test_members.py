@@ -83,3 +83,30 @@ async def test_admin_actions_are_audited(engine, members):
     ]
     fresh = await members.view("g", "ann")
     assert fresh.messages == 0 and "tea" not in str(fresh.blocks)
+
+
+async def test_a_profile_zone_is_taken_once_and_again_after_the_member_is_erased(
+    engine, members, clock
+):
+    asked: list[str] = []
+
+    async def profile() -> str:
+        asked.append("asked")
+        return "America/Chicago"
+
+    await engine.agent("t", "ana")
+    for _ in range(3):
+        await members.zones.adopt("t", "ana", profile)
+    assert asked == ["asked"] and (await members.view("t", "ana")).timezone == "America/Chicago"
+
+    await members.settings("t", "ana", timezone="Europe/Berlin")
+    clock.advance(hours=1)
+    await members.zones.adopt("t", "ana", profile)  # the member's own choice stays
+    assert asked == ["asked"] and (await members.view("t", "ana")).timezone == "Europe/Berlin"
+
+    await members.forget("t", "ana")
+    await engine.agent("t", "ana")
+    clock.advance(minutes=11)  # the process looks again after RECHECK
+    await members.zones.adopt("t", "ana", profile)
+    assert asked == ["asked", "asked"]
+    assert (await members.view("t", "ana")).timezone == "America/Chicago"

@@ -12,6 +12,7 @@ that fails before storing answers 500, so Slack sends the event again.
 
 from __future__ import annotations
 
+from aiohttp import ClientSession
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -26,9 +27,12 @@ def build_slack_app(
     token: str,
     signing_secret: str | None = None,
     api_url: str | None = None,
+    session: ClientSession | None = None,
 ) -> AsyncApp:
-    """The Bolt app. `api_url` (SLACK_API_URL) points the Web API client elsewhere."""
-    client = AsyncWebClient(token=token, base_url=api_url or AsyncWebClient.BASE_URL)
+    """The Bolt app. `api_url` (SLACK_API_URL) points the Web API client elsewhere; with a
+    `session`, its Web API calls share its connections (without, each call opens one)."""
+    base_url = api_url or AsyncWebClient.BASE_URL
+    client = AsyncWebClient(token=token, base_url=base_url, session=session)
     app = AsyncApp(
         client=client,
         signing_secret=signing_secret,

@@ -204,7 +204,7 @@ async def answer(
 ) -> None:
     """After the acknowledgement: the member's time zone, the reaction, files, the turn."""
     user = message.user
-    await services.members.adopt_timezone(message.tenant, user, lambda: _profile_zone(client, user))
+    await services.members.zones.adopt(message.tenant, user, lambda: _profile_zone(client, user))
     await _react(client, True, message.channel, message.ts)
     send = sender(client, message.channel, message.thread_ts)
     try:

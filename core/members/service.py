@@ -18,7 +18,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -31,6 +30,7 @@ from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
 from core.members.spending import MemberDay, member_days
+from core.members.zones import ProfileZones, parse_timezone
 from core.memory.search import Page, recall_search
 from core.memory.store import AgentStore, write_block
 from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
@@ -71,16 +71,6 @@ def parse_quiet_hours(text: str) -> tuple[time, time]:
     return time(h1, m1), time(h2, m2)
 
 
-def parse_timezone(name: str) -> str:
-    try:
-        ZoneInfo(name.strip())
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder, a huge name
-        raise BadSetting(
-            f"{name.strip()[:60]!r} is not a time zone; try e.g. Europe/Berlin"
-        ) from None
-    return name.strip()
-
-
 def _tidy(text: str) -> str:
     """A block's text as a browser form sends it back: newlines as \\n, no outer blanks."""
     return text.replace("\r\n", "\n").strip()
@@ -99,6 +89,7 @@ class Members:
         self.clock = clock
         self.embedder = embedder  # imported passages are embedded with it
         self.dm_homes = DmHomes(sessions, config, clock)  # whose memory DMs use
+        self.zones = ProfileZones(sessions, config, clock)  # time zones from profiles
 
     @asynccontextmanager
     async def _reading(
@@ -256,25 +247,6 @@ class Members:
             if agent is not None:  # an opt-out or new quiet hours take effect at once
                 await replan(session, agent, self.config.schedule)
             return {**member.settings, "timezone": member.timezone}
-
-    async def adopt_timezone(self, tenant: str, user: str, lookup: Any) -> None:
-        """Take the member's time zone from their platform profile, once, unless they set one.
-
-        `lookup()` returns the profile's zone name (or None); it is only called when needed.
-        """
-        async with self.sessions() as session, session.begin():
-            member = await self._user(session, tenant, user)
-            if member is None or (member.settings or {}).get("timezone_from"):
-                return
-            zone = await lookup()
-            try:
-                member.timezone = parse_timezone(zone) if zone else member.timezone
-            except BadSetting:
-                pass  # an odd profile value: keep UTC
-            member.settings = {**(member.settings or {}), "timezone_from": "platform"}
-            agent = await session.scalar(select(Agent).where(Agent.user_id == member.id))
-            if agent is not None:
-                await replan(session, agent, self.config.schedule)
 
     async def tenant_settings(
         self, tenant: str, actor: str | None = None, **changes: Any
