@@ -1,0 +1,331 @@
+"""The invariants, checked once a campaign has settled: from the fakes' records and Postgres.
+
+For every acknowledged item (a Slack event answered with HTTP 200, a Discord message sent
+to a live gateway session), for each of its tags (its words, its file):
+
+    lost          no event holds it (and no `import --replace` of the member can explain it)
+    erased        an import of the member ran after it was acknowledged and it is gone: fine
+                  if the member had their answer; `erased_unanswered` if not
+    duplicated    more than one event, recall message or archival passage holds it
+    stuck         its event is still pending
+    unanswered    words without a reply in the outbox, or handled (`done`) without the
+                  model's `ack <tag>` in the member's channel
+    undelivered   a reply of its event still in the outbox
+    not_shown     a reply marked delivered that the member's channel does not show
+
+Across the campaign:
+
+    crossed       a post in a member's channel naming another member's tag; a prompt with
+                  two members' tags; a member's tag stored on another member's agent
+    over_window   a prompt larger than COMPANION_CONTEXT_WINDOW, counted as the fake counts
+    usage         the tokens in `usage` differ from what the model billed a process that
+                  ended cleanly (or exceed it for a killed one)
+    process       `companion run` not ready, not stopping cleanly on SIGTERM; a failed import
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.slack.events import SLACK_TEXT_LIMIT, no_pings
+from adapters.text import split_message, to_slack_mrkdwn
+from tests.chaos.model import TAG, Ledger, members_in
+from tests.chaos.plan import Item, Member
+from tests.chaos.process import Generation, ImportRun
+
+TAG_SQL = "#chaos/[a-z0-9]+/[a-z0-9]+#"
+DISCORD_LIMIT = 2000
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    member: str
+    tag: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind:<18} {self.member:<6} {self.tag:<22} {self.detail}"
+
+
+@dataclass
+class Records:
+    """What the platforms showed, per member channel: texts in order."""
+
+    posts: dict[str, list[str]]  # channel -> texts
+    member_of_channel: dict[str, Member]
+
+
+@dataclass
+class Stored:
+    """What Postgres holds, by tag."""
+
+    agents: dict[int, tuple[str, str]]  # agent id -> (tenant key, user id)
+    events: dict[str, list[tuple[int, int, str, str]]]  # tag -> [(event id, agent, kind, status)]
+    recall: collections.Counter[tuple[int, str]]  # (agent, tag) -> trigger messages
+    passages: collections.Counter[tuple[int, str]]  # (agent, tag) -> passages starting with it
+    replies: dict[int, list[tuple[str, bool]]]  # event id -> [(text, delivered)]
+    pending: int
+    handled_at: dict[str, float]  # tag -> when its turn started (processed_at, epoch seconds)
+
+
+async def load(db: AsyncEngine) -> Stored:
+    async with db.connect() as conn:
+
+        async def rows(sql: str) -> list[Any]:
+            return list((await conn.execute(text(sql))).all())
+
+        agents = {
+            a: (t, u)
+            for a, t, u in await rows(
+                "SELECT a.id, t.key, u.external_id FROM agents a "
+                "JOIN users u ON u.id = a.user_id JOIN tenants t ON t.id = u.tenant_id"
+            )
+        }
+        events: dict[str, list[tuple[int, int, str, str]]] = collections.defaultdict(list)
+        handled_at: dict[str, float] = {}
+        for eid, agent, kind, status, mark, handled in await rows(
+            f"SELECT id, agent_id, kind, status, substring(payload->>'text' from '{TAG_SQL}'), "
+            "extract(epoch from processed_at) FROM events ORDER BY id"
+        ):
+            if mark:
+                events[mark].append((eid, agent, kind, status))
+                if handled is not None:
+                    handled_at[mark] = float(handled)
+        recall = collections.Counter(
+            (agent, mark)
+            for agent, mark in await rows(
+                f"SELECT agent_id, substring(content from '{TAG_SQL}') FROM messages "
+                "WHERE role = 'user' OR (role = 'system' AND content LIKE '[user action]%')"
+            )
+            if mark
+        )
+        passages = collections.Counter(
+            (agent, mark)
+            for agent, mark in await rows(
+                f"SELECT agent_id, substring(text from '^{TAG_SQL}') FROM passages"
+            )
+            if mark
+        )
+        replies: dict[int, list[tuple[str, bool]]] = collections.defaultdict(list)
+        for eid, body, delivered in await rows(
+            "SELECT event_id, text, delivered_at IS NOT NULL FROM outbox ORDER BY id"
+        ):
+            replies[eid].append((body, delivered))
+        pending = int(
+            await conn.scalar(text("SELECT count(*) FROM events WHERE status = 'pending'"))
+        )
+    return Stored(agents, events, recall, passages, replies, pending, handled_at)
+
+
+def shown_as(member: Member, reply: str) -> str:
+    """The first post a reply becomes on the member's platform (the product's own formatting)."""
+    if member.platform == "slack":
+        return split_message(no_pings(to_slack_mrkdwn(reply)), SLACK_TEXT_LIMIT)[0]
+    return split_message(reply, DISCORD_LIMIT)[0]
+
+
+@dataclass
+class Checker:
+    items: list[Item]
+    imports: list[ImportRun]
+    records: Records
+    stored: Stored
+    when: Callable[[Item], str] = lambda item: ""  # when it was acknowledged, for reports
+    violations: list[Violation] = field(default_factory=list)
+    erased: int = 0
+    _item: Item | None = None
+
+    def flag(self, kind: str, member: str, mark: str, detail: str) -> None:
+        if self._item is not None:
+            detail = f"{detail} [{self.when(self._item)}]"
+        self.violations.append(Violation(kind, member, mark, detail))
+
+    def run(self) -> list[Violation]:
+        self._crossed_posts()
+        for item in self.items:
+            if item.acked_at is None:
+                continue
+            self._item = item
+            for mark in item.tags:
+                self._tag(item, mark, words=mark == item.words_tag)
+        self._item = None
+        if self.stored.pending:
+            self.flag("stuck", "*", "*", f"{self.stored.pending} events still pending at the end")
+        return self.violations
+
+    def _crossed_posts(self) -> None:
+        for channel, posts in self.records.posts.items():
+            owner = self.records.member_of_channel.get(channel)
+            if owner is None:
+                continue
+            for post in posts:
+                others = members_in(post) - {owner.mid}
+                if others:
+                    self.flag(
+                        "crossed", owner.mid, "*", f"shown {sorted(others)}'s tags: {post[:80]!r}"
+                    )
+
+    def _erasable(self, item: Item) -> bool:
+        assert item.acked_at is not None
+        return any(
+            run.member == item.member.mid and item.acked_at < run.ended for run in self.imports
+        )
+
+    def _answered_outside(self, member: Member, mark: str) -> bool:
+        return any(mark in post for post in self.records.posts.get(member.channel, []))
+
+    def _tag(self, item: Item, mark: str, words: bool) -> None:
+        member, stored = item.member, self.stored
+        mine = [
+            e
+            for e in stored.events.get(mark, [])
+            if stored.agents.get(e[1]) == (member.tenant, member.user)
+        ]
+        for eid, agent, _, _ in stored.events.get(mark, []):
+            if stored.agents.get(agent) != (member.tenant, member.user):
+                self.flag(
+                    "crossed",
+                    member.mid,
+                    mark,
+                    f"stored as event {eid} of {stored.agents.get(agent)}",
+                )
+        if not mine:
+            if not self._erasable(item):
+                self.flag("lost", member.mid, mark, "acknowledged, never stored")
+            elif self._answered_outside(member, mark) or not words:
+                self.erased += 1
+            else:
+                self.flag(
+                    "erased_unanswered",
+                    member.mid,
+                    mark,
+                    "erased by import --replace before any answer",
+                )
+            return
+        if len(mine) > 1:
+            self.flag("duplicated", member.mid, mark, f"{len(mine)} events {[e[0] for e in mine]}")
+        eid, agent, kind, status = mine[0]
+        if status == "pending":
+            self.flag("stuck", member.mid, mark, f"event {eid} still pending")
+        in_recall = stored.recall[(agent, mark)]
+        if in_recall != 1:
+            kind_of = "duplicated" if in_recall > 1 else "lost"
+            self.flag(kind_of, member.mid, mark, f"{in_recall} messages in recall (event {eid})")
+        if not words and stored.passages[(agent, mark)] != 1:
+            count = stored.passages[(agent, mark)]
+            self.flag(
+                "duplicated" if count > 1 else "lost",
+                member.mid,
+                mark,
+                f"{count} passages of the file",
+            )
+        self._replies(item, mark, eid, status, words)
+
+    def _replies(self, item: Item, mark: str, eid: int, status: str, words: bool) -> None:
+        member, replies = item.member, self.stored.replies.get(eid, [])
+        if words and not replies:
+            self.flag(
+                "unanswered", member.mid, mark, f"no reply in the outbox (event {eid}, {status})"
+            )
+        if words and status == "done" and not self._answered_outside(member, mark):
+            self.flag("unanswered", member.mid, mark, f"handled, but 'ack {mark}' never shown")
+        shown = collections.Counter(self.records.posts.get(member.channel, []))
+        for body, delivered in replies:
+            if not delivered:
+                self.flag("undelivered", member.mid, mark, f"still in the outbox: {body[:60]!r}")
+            elif shown[shown_as(member, body)] == 0:
+                self.flag(
+                    "not_shown",
+                    member.mid,
+                    mark,
+                    f"marked delivered, not in the channel: {body[:60]!r}",
+                )
+
+
+def model_violations(ledger: Ledger) -> list[Violation]:
+    found = []
+    for call in ledger.calls:
+        if call.prompt_tokens > ledger.window:
+            what = "summary" if call.summary else "turn"
+            found.append(
+                Violation(
+                    "over_window",
+                    ",".join(sorted(call.members)) or "-",
+                    "*",
+                    f"{what} prompt of {call.prompt_tokens} tokens > {ledger.window} "
+                    f"({call.generation})",
+                )
+            )
+        if len(call.members) > 1:
+            found.append(
+                Violation(
+                    "crossed",
+                    ",".join(sorted(call.members)),
+                    "*",
+                    f"one prompt holds several members' tags ({call.generation})",
+                )
+            )
+    return found
+
+
+def usage_violations(
+    generations: list[Generation], ledger: Ledger, handled_at: dict[str, float]
+) -> tuple[list[Violation], int]:
+    """Per process: the tokens `usage` grew by against the tokens the model billed it.
+
+    A turn commits its usage with its event; a turn cut off (SIGKILL, a SIGTERM past the
+    grace period) rolls back with its usage and runs again later. So a process must have
+    recorded exactly the calls of the turns it finished: those whose event's turn started
+    (`processed_at`) while it ran. Calls whose event cannot be found (no tag, erased by an
+    import) may or may not be recorded. Returns the violations and the tokens of cut turns.
+    """
+    found, cut = [], 0
+    for gen in generations:
+        start, end = gen.wall
+        expected = unknown = summaries = 0
+        for call, trigger in ledger.turn_of(gen.name):
+            when = handled_at.get(trigger) if trigger else None
+            if trigger is None or (when is None and not call.summary):
+                unknown += call.billed
+            elif when is not None and start <= when <= end:
+                expected += call.billed
+                summaries += call.billed if call.summary else 0
+            else:
+                cut += call.billed
+        recorded = gen.usage_after - gen.usage_before
+        if not expected <= recorded <= expected + unknown:
+            found.append(
+                Violation(
+                    "usage",
+                    "*",
+                    "*",
+                    f"{gen.name} ({gen.ended_by}): usage grew by {recorded}; its finished "
+                    f"turns were billed {expected} (summary calls {summaries}), {unknown} "
+                    "more unattributed",
+                )
+            )
+    return found, cut
+
+
+def process_violations(generations: list[Generation], imports: list[ImportRun]) -> list[Violation]:
+    found = [Violation("process", "*", "*", p) for g in generations for p in g.problems]
+    for run in imports:
+        if run.returncode != 0:
+            last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+            found.append(
+                Violation(
+                    "process", run.member, "*", f"import exited {run.returncode}: {last[:160]}"
+                )
+            )
+    return found
+
+
+def tags_in(text_: str) -> list[str]:
+    return [m.group(0) for m in TAG.finditer(text_)]

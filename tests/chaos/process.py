@@ -1,0 +1,188 @@
+"""The real processes of a campaign: `companion run` generations, imports, the sweep.
+
+Generation   one `companion run` (python -m bot.cli run): its own FakeOpenAI server
+             (so the ledger knows which process made each model call), its log file,
+             how it ended (SIGKILL, SIGTERM and its exit status) and the usage the
+             database held before and after it
+Processes    starts a generation and waits until /readyz answers 200; kills or stops
+             it; runs `companion import --replace` and the sweep (tests/chaos/sweep.py)
+             as their own processes. Only one process that makes model calls runs at a
+             time, so the database's usage grows only with the current generation's
+             calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.chaos.model import Brain
+from tests.conftest import COMPANION, ROOT
+from tests.fake_openai import FakeOpenAI
+
+READY_SECONDS = 45.0
+STOP_SECONDS = 45.0  # `companion run` gives turns 30 s after SIGTERM
+
+
+@dataclass
+class Generation:
+    name: str
+    log: Path
+    proc: asyncio.subprocess.Process | None = None
+    model: FakeOpenAI | None = None
+    ready: bool = False
+    ended_by: str = ""  # "SIGKILL", "SIGTERM", or "" while running
+    returncode: int | None = None
+    usage_before: int = 0
+    usage_after: int = 0
+    started: float = 0.0  # time.monotonic() of the spawn, /readyz 200, the signal
+    ready_at: float = 0.0
+    ended_at: float = 0.0
+    wall: tuple[float, float] = (0.0, 0.0)  # time.time() at the spawn and after the exit
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ImportRun:
+    member: str
+    started: float
+    ended: float = 0.0
+    returncode: int | None = None
+    stderr: str = ""
+
+
+class Processes:
+    def __init__(
+        self, env: dict[str, str], http_port: int, brain: Brain, db: AsyncEngine, logs: Path
+    ) -> None:
+        self.env = env
+        self.http_port = http_port
+        self.brain = brain
+        self.db = db
+        self.logs = logs
+        self.generations: list[Generation] = []
+        self.imports: list[ImportRun] = []
+
+    async def usage(self) -> int:
+        async with self.db.connect() as conn:
+            return int(await conn.scalar(text("SELECT coalesce(sum(tokens), 0) FROM usage")))
+
+    async def _spawn(self, name: str, args: list[str], module: list[str]) -> Generation:
+        gen = Generation(name, self.logs / f"{name}.log", started=time.monotonic())
+        gen.wall = (time.time(), 0.0)
+        gen.usage_before = await self.usage()
+        gen.model = FakeOpenAI(self.brain.for_generation(name), embedding_dim=16)
+        await gen.model.start()
+        env = {**self.env, "OPENAI_BASE_URL": gen.model.base_url}
+        log = gen.log.open("wb")
+        gen.proc = await asyncio.create_subprocess_exec(
+            *module,
+            *args,
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        log.close()
+        self.generations.append(gen)
+        return gen
+
+    async def start(self, name: str) -> Generation:
+        gen = await self._spawn(name, ["run"], COMPANION)
+        gen.ready = await self._wait_ready(gen)
+        gen.ready_at = time.monotonic()
+        if not gen.ready:
+            gen.problems.append(f"{name} not ready within {READY_SECONDS:g} s")
+        return gen
+
+    async def _wait_ready(self, gen: Generation) -> bool:
+        url = f"http://127.0.0.1:{self.http_port}/readyz"
+        deadline = time.monotonic() + READY_SECONDS
+        async with aiohttp.ClientSession() as http:
+            while time.monotonic() < deadline:
+                assert gen.proc is not None
+                if gen.proc.returncode is not None:
+                    return False
+                try:
+                    async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                        if r.status == 200:
+                            return True
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(0.1)
+        return False
+
+    async def end(self, gen: Generation, kill: bool) -> None:
+        """SIGKILL, or SIGTERM and wait for a clean exit; then note the usage after it."""
+        proc = gen.proc
+        assert proc is not None
+        gen.ended_by = "SIGKILL" if kill else "SIGTERM"
+        gen.ended_at = time.monotonic()
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), STOP_SECONDS)
+        except TimeoutError:
+            gen.problems.append(f"{gen.name} still running {STOP_SECONDS:g} s after SIGTERM")
+            proc.kill()
+            await proc.wait()
+        gen.returncode = proc.returncode
+        gen.wall = (gen.wall[0], time.time())
+        if not kill and proc.returncode != 0:
+            gen.problems.append(f"{gen.name} exited with status {proc.returncode} on SIGTERM")
+        gen.usage_after = await self.usage()
+        assert gen.model is not None
+        await gen.model.stop()
+
+    async def sweep(self) -> Generation:
+        """The product's scheduled jobs, run once now in their own process (see sweep.py)."""
+        gen = await self._spawn("sweep", [], [*COMPANION[:1], "-m", "tests.chaos.sweep"])
+        assert gen.proc is not None
+        try:
+            await asyncio.wait_for(gen.proc.wait(), 120)
+        except TimeoutError:
+            gen.proc.kill()
+            await gen.proc.wait()
+        gen.ended_by, gen.returncode = "exit", gen.proc.returncode
+        gen.wall = (gen.wall[0], time.time())
+        if gen.returncode != 0:
+            gen.problems.append(f"the sweep exited with status {gen.returncode}")
+        gen.usage_after = await self.usage()
+        assert gen.model is not None
+        await gen.model.stop()
+        return gen
+
+    async def run_import(self, mid: str, tenant: str, user: str, doc: dict[str, Any]) -> ImportRun:
+        """`companion import FILE --tenant T --user U --replace`, as an operator runs it."""
+        path = self.logs / f"import-{mid}-{len(self.imports)}.json"
+        path.write_text(json.dumps(doc), encoding="utf-8")
+        run = ImportRun(mid, time.monotonic())
+        self.imports.append(run)
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION,
+            "import",
+            str(path),
+            "--tenant",
+            tenant,
+            "--user",
+            user,
+            "--replace",
+            env=self.env,
+            cwd=ROOT,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        run.ended, run.returncode, run.stderr = time.monotonic(), proc.returncode, err.decode()
+        return run

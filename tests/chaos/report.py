@@ -1,0 +1,174 @@
+"""A campaign's verdict: the violations, the counts that show what it did, a timeline.
+
+records(slack, discord, members)   what each member's channel was shown
+verdict(campaign, ...) -> Report   every check of tests/chaos/checks.py, plus counts,
+                                   the timeline and the errors the processes logged
+Report.describe()                  the text a failing test or bench/chaos.py prints
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tests.chaos import checks
+from tests.chaos.discord import ChaosDiscord, Gateway
+from tests.chaos.plan import Item, Member
+from tests.chaos.process import Processes
+from tests.chaos.slack import ChaosSlack, EventsApi
+
+if TYPE_CHECKING:
+    from tests.chaos.campaign import Campaign
+
+OUR_FRAME = re.compile(r'File "[^"]*/((?:core|adapters|bot)/[^"]+)", line \d+, in (\w+)')
+
+
+@dataclass
+class Report:
+    seed: int
+    violations: list[checks.Violation]
+    counts: dict[str, Any] = field(default_factory=dict)
+    workdir: Path | None = None
+    timeline: list[str] = field(default_factory=list)
+    errors: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def by_kind(self) -> dict[str, int]:
+        return dict(collections.Counter(v.kind for v in self.violations))
+
+    def describe(self, limit: int = 40, timeline: bool = True) -> str:
+        lines = [f"seed {self.seed}: " + ", ".join(f"{k} {v}" for k, v in self.counts.items())]
+        lines += [f"  {v}" for v in self.violations[:limit]]
+        if len(self.violations) > limit:
+            lines.append(f"  ... and {len(self.violations) - limit} more")
+        if self.errors:
+            lines.append("  errors the processes logged:")
+            lines += [f"    {n} x {what}" for what, n in self.errors.most_common()]
+        if timeline:
+            lines += ["  timeline:"] + [f"    {line}" for line in self.timeline]
+        if self.workdir:
+            lines.append(f"  logs: {self.workdir}")
+        return "\n".join(lines)
+
+
+def records(slack: ChaosSlack, discord: ChaosDiscord, members: list[Member]) -> checks.Records:
+    """What each channel was shown: Slack's accepted chat.postMessage, Discord's messages."""
+    posts: dict[str, list[str]] = {}
+    for args in slack.called("chat.postMessage"):
+        posts.setdefault(str(args.get("channel")), []).append(str(args.get("text", "")))
+    for call in discord.find("POST", r"/channels/\d+/messages"):
+        channel = call.path.split("/")[2]
+        posts.setdefault(channel, []).append(str((call.body or {}).get("content") or ""))
+    return checks.Records(posts, {m.channel: m for m in members})
+
+
+def logged_errors(log: Path) -> collections.Counter[str]:
+    """ERROR records with a traceback, as 'Exception in function (file)' of our own code."""
+    found: collections.Counter[str] = collections.Counter()
+    if not log.exists():
+        return found
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        trace = record.get("exc") or ""
+        if record.get("level") != "ERROR" or not trace:
+            continue
+        frames = OUR_FRAME.findall(trace)
+        error = trace.strip().splitlines()[-1].split(":", 1)[0]
+        where = f" in {frames[-1][1]} ({frames[-1][0]})" if frames else ""
+        found[f"{error}{where}"] += 1
+    return found
+
+
+def verdict(
+    campaign: Campaign,
+    procs: Processes,
+    stored: checks.Stored,
+    shown: checks.Records,
+    gateway: Gateway,
+    events: EventsApi,
+) -> Report:
+    plan, ledger = campaign.plan, campaign.ledger
+    items = plan.items
+    checker = checks.Checker(items, procs.imports, shown, stored, _when(campaign, procs))
+    found = checker.run()
+    found += checks.model_violations(ledger)
+    usage, cut = checks.usage_violations(procs.generations, ledger, stored.handled_at)
+    found += usage
+    found += checks.process_violations(procs.generations, procs.imports)
+    runs = [g for g in procs.generations if g.name != "sweep"]
+    calls = ledger.calls
+    on = collections.Counter(
+        (i.member.platform, "acked" if i.acked_at else "tried" if i.tried else "unsent")
+        for i in items
+    )
+    counts = {
+        "items": len(items),
+        "slack acked": on["slack", "acked"],
+        "slack never acked": on["slack", "tried"],
+        "discord sent": on["discord", "acked"],
+        "discord offline": sum(1 for i in items if i.offline),
+        "imports": len(procs.imports),
+        "erased by import": checker.erased,
+        "kills": sum(1 for g in runs if g.ended_by == "SIGKILL"),
+        "terms": sum(1 for g in runs if g.ended_by == "SIGTERM"),
+        "resumes": gateway.resumes,
+        "model calls": len(calls),
+        "model faults": sum(1 for c in calls if c.fault),
+        "summary calls": sum(1 for c in calls if c.summary and c.billed),
+        "max prompt": max((c.prompt_tokens for c in calls), default=0),
+        "billed to cut turns": cut,
+        "platform faults": sum(
+            n for what, n in campaign.faults.injected.items() if not what.startswith("model")
+        ),
+        "slack answers": dict(events.outcomes),
+    }
+    result = Report(plan.seed, found, counts, campaign.workdir)
+    result.timeline = _timeline(campaign, procs, gateway)
+    for gen in procs.generations:
+        result.errors.update(logged_errors(gen.log))
+    return result
+
+
+def _timeline(campaign: Campaign, procs: Processes, gateway: Gateway) -> list[str]:
+    """What happened when, in seconds from the start of the traffic."""
+    moments = list(gateway.log)
+    for gen in procs.generations:
+        moments.append((gen.started, f"{gen.name} spawned"))
+        if gen.ready_at:
+            moments.append((gen.ready_at, f"{gen.name} {'ready' if gen.ready else 'NOT ready'}"))
+        if gen.ended_at:
+            moments.append((gen.ended_at, f"{gen.name} {gen.ended_by}"))
+    for run in procs.imports:
+        moments.append((run.started, f"import --replace {run.member} started"))
+        moments.append((run.ended, f"import --replace {run.member} exited {run.returncode}"))
+    t0, plan = campaign.t0, campaign.plan
+    moments += [(t0 + at, "model outage starts") for at in plan.outages]
+    moments += [(t0 + at, "gateway drop / RECONNECT") for at in plan.drops]
+    return [f"{t - t0:7.2f}s  {what}" for t, what in sorted(moments, key=lambda m: m[0])]
+
+
+def _when(campaign: Campaign, procs: Processes) -> Callable[[Item], str]:
+    """When an item was acknowledged, its scene, and what the bot process did around it."""
+    t0 = campaign.t0
+
+    def when(item: Item) -> str:
+        assert item.acked_at is not None
+        notes = [f"acked at {item.acked_at - t0:.2f}s"]
+        notes += [f"scene: {item.scene}"] if item.scene else []
+        for gen in procs.generations:
+            if gen.started <= item.acked_at <= (gen.ended_at or float("inf")) + 0.5:
+                end = f"{gen.ended_by} at {gen.ended_at - t0:.2f}s" if gen.ended_at else "running"
+                notes.append(f"{gen.name} up {gen.ready_at - t0:.2f}s, {end}")
+        for run in procs.imports:
+            if run.member == item.member.mid:
+                notes.append(f"import {run.started - t0:.2f}-{run.ended - t0:.2f}s")
+        return "; ".join(notes)
+
+    return when

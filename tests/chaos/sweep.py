@@ -1,0 +1,45 @@
+"""The end of a campaign: `companion run`'s scheduled jobs, each run once, now.
+
+    python -m tests.chaos.sweep      (settings from the environment, as for `companion`)
+
+`companion run` retries what is left over on a timer: pending events every minute
+(`Engine.resume`), replies that did not go out every minute once they are 30 s old
+(`REDELIVER_AFTER`), and the scheduler pass. A campaign cannot wait minutes per seed, so
+this process builds the same jobs with `bot.run.scheduler_running` (the product's code:
+whatever jobs it registers) and the REST-only router `companion tick` uses, and calls each
+job once, resume first. The only difference from the timer is the age limit of replies,
+set to 0 here because nothing else is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import timedelta
+
+import bot.run as run_module
+from bot.app import open_app
+from bot.delivery import rest_router
+from bot.observability import configure_logging, log_options
+from bot.settings import Settings
+
+FIRST = ("resume", "redeliver")
+
+
+async def main() -> None:
+    assert hasattr(run_module, "REDELIVER_AFTER"), "bot.run no longer has REDELIVER_AFTER"
+    run_module.REDELIVER_AFTER = timedelta(0)
+    settings = Settings.from_env(os.environ)
+    async with (
+        open_app(settings) as app,
+        rest_router(settings) as router,
+        run_module.scheduler_running(app, router) as scheduler,
+    ):
+        jobs = sorted(scheduler.get_jobs(), key=lambda j: FIRST.index(j.id) if j.id in FIRST else 9)
+        for job in jobs:
+            await job.func()
+
+
+if __name__ == "__main__":
+    configure_logging(*log_options(os.environ, "run"))
+    asyncio.run(main())

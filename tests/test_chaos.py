@@ -1,0 +1,146 @@
+"""The chaos campaign, one fast seed: every guarantee, checked together, on real processes.
+
+`companion run` serves Slack in HTTP mode and Discord through local fakes while members of
+four tenants write (long, hostile, with files), an operator runs `import --replace`, the
+model and the platforms fail and dawdle at random, and the process is SIGKILLed and
+SIGTERMed and started again. At the end: every acknowledged message stored once and
+answered, every prompt within the window, no reply in another member's channel, usage
+equal to what the model billed. See tests/chaos/ for how; bench/chaos.py runs many seeds.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.campaign import run_campaign
+from tests.chaos.checks import (
+    Checker,
+    Records,
+    Stored,
+    model_violations,
+    usage_violations,
+)
+from tests.chaos.faults import FAST
+from tests.chaos.model import Call, Ledger, tag
+from tests.chaos.plan import Item, Member
+from tests.chaos.process import Generation
+
+SEED = 1
+
+# Violations the campaign finds on main, by invariant, with the finding of issue 8 behind
+# each. The test is an expected failure while every violation is one of these; any other
+# kind fails it. Delete an entry when its fix is merged (and this dict when it is empty).
+KNOWN_ON_MAIN = {
+    "lost": "1 (Slack and Discord acknowledge before storing; kills and SIGTERM lose it), "
+    "3 (a file id another member shared: AssertionError drops file and words), "
+    "5 (words beside a file lost when the first reply is rate-limited)",
+    "over_window": "2 (messages stored without a turn are not counted in the window)",
+    "usage": "6 (summary calls are not counted in usage)",
+    "erased_unanswered": "7 (import --replace deletes the member's pending events)",
+}
+
+
+async def test_fast_chaos_seed(pg_url, schema, tmp_path):
+    report = await run_campaign(SEED, FAST, pg_url, schema, tmp_path)
+    counts = report.counts
+    # The campaign did what it claims, or its verdict means nothing.
+    assert counts["slack acked"] >= 10 and counts["discord sent"] >= 3, report.describe()
+    assert counts["kills"] + counts["terms"] >= 2 and counts["model faults"] >= 1
+    assert counts["imports"] == FAST.imports
+    unknown = [v for v in report.violations if v.kind not in KNOWN_ON_MAIN]
+    assert not unknown, report.describe()
+    if report.violations:
+        found = ", ".join(f"{kind} x{n}" for kind, n in sorted(report.by_kind().items()))
+        pytest.xfail(f"known findings of issue 8: {found}")
+
+
+# The checks themselves, on records made by hand: each can pass, and each can fail.
+
+ANN = Member("s1m1", "slack", "slack:T0001", "US1M1", "DUS1M1")
+BOB = Member("s1m2", "slack", "slack:T0001", "US1M2", "DUS1M2")
+ANN_AGENT, BOB_AGENT = 1, 2
+
+
+def said(member: Member, n: int, acked: bool = True) -> Item:
+    mark = tag(member.mid, n)
+    return Item(0.0, member, f"{mark} hello", mark, acked_at=1.0 if acked else None)
+
+
+def stored(*events: tuple[str, int, int, str], replies=None, recall=None) -> Stored:
+    """Events as (tag, event id, agent, status); each in recall once unless `recall` says."""
+    by_tag: dict = {}
+    for mark, eid, agent, status in events:
+        by_tag.setdefault(mark, []).append((eid, agent, "user_message", status))
+    counted = collections.Counter({(agent, mark): 1 for mark, _, agent, _ in events})
+    return Stored(
+        agents={ANN_AGENT: (ANN.tenant, ANN.user), BOB_AGENT: (BOB.tenant, BOB.user)},
+        events=by_tag,
+        recall=counted if recall is None else collections.Counter(recall),
+        passages=collections.Counter(),
+        replies=replies or {},
+        pending=sum(1 for *_, status in events if status == "pending"),
+        handled_at={},
+    )
+
+
+def check(items: list[Item], db: Stored, posts: dict[str, list[str]]) -> list[str]:
+    shown = Records(posts, {ANN.channel: ANN, BOB.channel: BOB})
+    return sorted(v.kind for v in Checker(items, [], shown, db).run())
+
+
+def test_checks_pass_a_campaign_where_everything_held():
+    first, second = said(ANN, 1), said(BOB, 1)
+    db = stored(
+        (first.words_tag, 10, ANN_AGENT, "done"),
+        (second.words_tag, 11, BOB_AGENT, "limited"),
+        replies={10: [(f"ack {first.words_tag}", True)], 11: [("Slow down, please.", True)]},
+    )
+    posts = {ANN.channel: [f"ack {first.words_tag}"], BOB.channel: ["Slow down, please."]}
+    assert check([first, second, said(ANN, 2, acked=False)], db, posts) == []
+
+
+def test_checks_flag_lost_duplicated_stuck_and_unanswered_messages():
+    lost, twice, stuck = said(ANN, 1), said(ANN, 2), said(BOB, 1)
+    db = stored(
+        (twice.words_tag, 10, ANN_AGENT, "done"),
+        (twice.words_tag, 11, ANN_AGENT, "done"),
+        (stuck.words_tag, 12, BOB_AGENT, "pending"),
+        replies={10: [(f"ack {twice.words_tag}", True)]},
+    )
+    posts = {ANN.channel: [f"ack {twice.words_tag}"]}
+    kinds = check([lost, twice, stuck], db, posts)
+    assert kinds == ["duplicated", "lost", "stuck", "stuck", "unanswered"]
+
+
+def test_checks_flag_replies_in_the_wrong_channel_and_replies_never_shown():
+    ann, bob = said(ANN, 1), said(BOB, 1)
+    db = stored(
+        (ann.words_tag, 10, ANN_AGENT, "done"),
+        (bob.words_tag, 11, BOB_AGENT, "done"),
+        replies={10: [(f"ack {ann.words_tag}", True)], 11: [(f"ack {bob.words_tag}", True)]},
+    )
+    posts = {ANN.channel: [f"ack {ann.words_tag}", f"ack {bob.words_tag}"]}  # Bob's, to Ann
+    kinds = check([ann, bob], db, posts)
+    assert kinds == ["crossed", "not_shown", "unanswered"]
+
+
+def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():
+    ledger = Ledger(window=8192)
+    mark = tag(ANN.mid, 1)
+    ledger.calls += [
+        Call("run1", True, 3000, {ANN.mid}, None, billed=3100),  # a flush, for the turn below
+        Call("run1", False, 9000, {ANN.mid}, mark, billed=9010),
+        Call("run1", False, 2000, {ANN.mid, BOB.mid}, tag(BOB.mid, 1), fault="500"),
+    ]
+    assert sorted(v.kind for v in model_violations(ledger)) == ["crossed", "over_window"]
+    run = Generation("run1", Path("run1.log"), ended_by="SIGKILL", wall=(100.0, 200.0))
+    run.usage_after = 9010  # the turn's own call, not its summary call
+    found, _ = usage_violations([run], ledger, {mark: 150.0})
+    assert [v.kind for v in found] == ["usage"]
+    run.usage_after = 9010 + 3100
+    assert usage_violations([run], ledger, {mark: 150.0}) == ([], 0)
+    run.usage_after = 0  # killed mid-turn: the turn ran again (and was billed) in a later process
+    assert usage_violations([run], ledger, {mark: 250.0}) == ([], 9010 + 3100)
