@@ -9,11 +9,13 @@
    `companion import --replace` of a member while they talk, gateway drops, model outages,
    random latencies and errors everywhere.
 3. Meanwhile `companion run` generations come and go: each lives its planned time and
-   ends by SIGKILL or SIGTERM; the next starts at once.
-4. Settle: faults off, one more `companion run` until Slack's retries are acknowledged and
-   nothing is pending (or a deadline passes), SIGTERM, then the product's scheduled jobs
-   once (tests/chaos/sweep.py).
-5. The invariants (tests/chaos/checks.py) over the fakes' records and Postgres.
+   ends by SIGKILL or SIGTERM; the next starts at once. The one running when the traffic
+   ends stays up.
+4. Settle: faults off; that process runs until Slack's retries are acknowledged, waiting
+   Discord messages are sent and the database stops changing (or a deadline passes);
+   SIGTERM; then the product's scheduled jobs once (tests/chaos/sweep.py).
+5. The invariants (tests/chaos/checks.py) over the fakes' records and Postgres
+   (tests/chaos/report.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from sqlalchemy import text
 
 from bot.database import make_engine, migrate
 from tests.chaos import checks, report
-from tests.chaos.discord import ChaosDiscord, Gateway, World, dm_channel, member_message, user
+from tests.chaos.discord_api import ChaosDiscord, Gateway, World, dm_channel, member_message, user
 from tests.chaos.faults import Faults, Knobs
 from tests.chaos.model import Brain, Ledger
 from tests.chaos.plan import (
@@ -43,7 +45,7 @@ from tests.chaos.plan import (
     make_plan,
 )
 from tests.chaos.process import Generation, Processes
-from tests.chaos.slack import SECRET, ChaosSlack, EventsApi
+from tests.chaos.slack_api import SECRET, ChaosSlack, EventsApi
 from tests.conftest import cli_env
 from tests.fake_discord import attachment
 

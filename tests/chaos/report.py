@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.chaos import checks
-from tests.chaos.discord import ChaosDiscord, Gateway
+from tests.chaos.discord_api import ChaosDiscord, Gateway
 from tests.chaos.plan import Item, Member
 from tests.chaos.process import Processes
-from tests.chaos.slack import ChaosSlack, EventsApi
+from tests.chaos.slack_api import ChaosSlack, EventsApi
 
 if TYPE_CHECKING:
     from tests.chaos.campaign import Campaign
