@@ -105,7 +105,7 @@ async def main() -> int:
     print(f"\n{len(failing)} of {len(reports)} seeds found violations ({total} in all)")
     for report in failing:
         print()
-        print(report.describe(limit=60))
+        print(report.describe())
     return 1 if failing else 0
 
 

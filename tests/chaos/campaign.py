@@ -159,8 +159,8 @@ class Campaign:
         self, events: EventsApi, discord: ChaosDiscord, gateway: Gateway, procs: Processes
     ) -> None:
         async def one(item: Item) -> None:
-            if item.at_kill:
-                return  # the supervisor sends these, just before its SIGKILL
+            if item.at_kill or item.probe:
+                return  # the supervisor sends these, before a SIGKILL or when settling
             await self.at(item.at)
             if item.member.platform == "slack":
                 await events.send(item)
@@ -206,14 +206,32 @@ class Campaign:
         return await procs.start("final")
 
     async def settle(
-        self, procs: Processes, last: Generation, events: EventsApi, traffic: asyncio.Task
+        self,
+        procs: Processes,
+        last: Generation,
+        events: EventsApi,
+        discord: ChaosDiscord,
+        gateway: Gateway,
+        traffic: asyncio.Task,
     ) -> None:
-        """Faults off; Slack's retries and the waiting Discord messages go through; once
-        nothing new has been stored for a while, SIGTERM; then the scheduled jobs once."""
+        """Faults off; Slack's retries and the waiting Discord messages go through; every
+        member sends one probe; once nothing changes in the database for a while, SIGTERM;
+        then the scheduled jobs once."""
         self.faults.calm()
         events.giving_up = self.giving_up = time.monotonic() + SETTLE_SECONDS
         await traffic
         await asyncio.gather(*self.bursts)
+        probes = [i for i in self.plan.items if i.probe]
+        for item in probes:
+            item.at = time.monotonic() - self.t0
+        await asyncio.gather(
+            *(
+                events.send(i)
+                if i.member.platform == "slack"
+                else self.send_discord(i, discord, gateway)
+                for i in probes
+            )
+        )
         deadline = time.monotonic() + SETTLE_SECONDS
         seen, still_since = None, time.monotonic()
         while time.monotonic() < deadline and time.monotonic() - still_since < QUIET_SECONDS:
@@ -253,7 +271,7 @@ class Campaign:
                     self.t0 = time.monotonic()
                     traffic = asyncio.create_task(self.traffic(events, discord, gateway, procs))
                     last = await self.generations(procs, events)
-                    await self.settle(procs, last, events, traffic)
+                    await self.settle(procs, last, events, discord, gateway, traffic)
                 stored = await checks.load(db)
                 records = report.records(slack, discord, self.plan.members)
                 result = report.verdict(self, procs, stored, records, gateway, events)

@@ -8,6 +8,8 @@ to a live gateway session), for each of its tags (its words, its file):
                   if the member had their answer; `erased_unanswered` if not
     duplicated    more than one event, recall message or archival passage holds it
     stuck         its event is still pending
+    broken_agent  a probe, sent once every fault is off, failed anyway (status `failed`):
+                  the member's agent cannot answer any more
     unanswered    words without a reply in the outbox, or handled (`done`) without the
                   model's `ack <tag>` in the member's channel
     undelivered   a reply of its event still in the outbox
@@ -212,6 +214,10 @@ class Checker:
         if len(mine) > 1:
             self.flag("duplicated", member.mid, mark, f"{len(mine)} events {[e[0] for e in mine]}")
         eid, agent, kind, status = mine[0]
+        if item.probe and status == "failed":
+            self.flag(
+                "broken_agent", member.mid, mark, f"failed with nothing failing (event {eid})"
+            )
         if status == "pending":
             self.flag("stuck", member.mid, mark, f"event {eid} still pending")
         in_recall = stored.recall[(agent, mark)]

@@ -62,6 +62,7 @@ class Item:
     first_reply_fails: bool = False  # Slack: the first post into the channel after it: 429
     at_kill: bool = False  # sent just before a SIGKILL (by the supervisor, not at `at`)
     scene: str = ""  # the scripted moment it belongs to, if any (see add_scenes)
+    probe: bool = False  # sent once the faults are off: the agent must answer it for real
     tried: bool = False  # sent at least once
     waits_for_bot: bool = False  # Discord: the member writes once the bot is connected
     acked_at: float | None = None  # Slack: HTTP 200; Discord: sent to a live session
@@ -201,6 +202,10 @@ def make_plan(seed: int, knobs: Knobs) -> Plan:
     plan = Plan(seed, knobs, members, items, imports, lifetimes, drops, outages, teams, guilds)
     if knobs.scenes:
         add_scenes(plan, rng, counters)
+    for member in members:
+        probe = new_item(rng, knobs, member, counters[member.mid], -1.0, upload=False, long=False)
+        probe.probe, probe.scene = True, "probe after the faults stop"
+        plan.items.append(probe)
     plan.items.sort(key=lambda i: i.at)
     return plan
 

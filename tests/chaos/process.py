@@ -99,28 +99,31 @@ class Processes:
 
     async def start(self, name: str) -> Generation:
         gen = await self._spawn(name, ["run"], COMPANION)
-        gen.ready = await self._wait_ready(gen)
+        gen.ready, last = await self._wait_ready(gen)
         gen.ready_at = time.monotonic()
         if not gen.ready:
-            gen.problems.append(f"{name} not ready within {READY_SECONDS:g} s")
+            gen.problems.append(f"{name} not ready within {READY_SECONDS:g} s ({last})")
         return gen
 
-    async def _wait_ready(self, gen: Generation) -> bool:
+    async def _wait_ready(self, gen: Generation) -> tuple[bool, str]:
+        """Whether /readyz answered 200 in time, and its last answer."""
         url = f"http://127.0.0.1:{self.http_port}/readyz"
         deadline = time.monotonic() + READY_SECONDS
+        last = "no answer"
         async with aiohttp.ClientSession() as http:
             while time.monotonic() < deadline:
                 assert gen.proc is not None
                 if gen.proc.returncode is not None:
-                    return False
+                    return False, f"exited with status {gen.proc.returncode}"
                 try:
-                    async with http.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as r:
                         if r.status == 200:
-                            return True
-                except (aiohttp.ClientError, TimeoutError):
-                    pass
+                            return True, "ready"
+                        last = f"HTTP {r.status}: {(await r.text())[:160]}"
+                except (aiohttp.ClientError, TimeoutError) as error:
+                    last = type(error).__name__
                 await asyncio.sleep(0.1)
-        return False
+        return False, last
 
     async def end(self, gen: Generation, kill: bool) -> None:
         """SIGKILL, or SIGTERM and wait for a clean exit; then note the usage after it."""

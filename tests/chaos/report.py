@@ -25,6 +25,8 @@ from tests.chaos.slack_api import ChaosSlack, EventsApi
 if TYPE_CHECKING:
     from tests.chaos.campaign import Campaign
 
+EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")  # "module.Error: text" or "Error"
+SLACK_ERROR = re.compile(r"'error': '(\w+)'")
 OUR_FRAME = re.compile(r'File "[^"]*/((?:core|adapters|bot)/[^"]+)", line \d+, in (\w+)')
 
 
@@ -40,11 +42,16 @@ class Report:
     def by_kind(self) -> dict[str, int]:
         return dict(collections.Counter(v.kind for v in self.violations))
 
-    def describe(self, limit: int = 40, timeline: bool = True) -> str:
+    def describe(self, per_kind: int = 8, timeline: bool = True) -> str:
+        """Counts, then up to `per_kind` violations of each kind, errors logged, timeline."""
         lines = [f"seed {self.seed}: " + ", ".join(f"{k} {v}" for k, v in self.counts.items())]
-        lines += [f"  {v}" for v in self.violations[:limit]]
-        if len(self.violations) > limit:
-            lines.append(f"  ... and {len(self.violations) - limit} more")
+        kinds = collections.defaultdict(list)
+        for violation in self.violations:
+            kinds[violation.kind].append(violation)
+        for found in kinds.values():
+            lines += [f"  {v}" for v in found[:per_kind]]
+            if len(found) > per_kind:
+                lines.append(f"  ... and {len(found) - per_kind} more {found[0].kind}")
         if self.errors:
             lines.append("  errors the processes logged:")
             lines += [f"    {n} x {what}" for what, n in self.errors.most_common()]
@@ -67,7 +74,7 @@ def records(slack: ChaosSlack, discord: ChaosDiscord, members: list[Member]) -> 
 
 
 def logged_errors(log: Path) -> collections.Counter[str]:
-    """ERROR records with a traceback, as 'Exception in function (file)' of our own code."""
+    """ERROR records with a traceback: the exception and the chain of our own functions."""
     found: collections.Counter[str] = collections.Counter()
     if not log.exists():
         return found
@@ -80,8 +87,12 @@ def logged_errors(log: Path) -> collections.Counter[str]:
         if record.get("level") != "ERROR" or not trace:
             continue
         frames = OUR_FRAME.findall(trace)
-        error = trace.strip().splitlines()[-1].split(":", 1)[0]
-        where = f" in {frames[-1][1]} ({frames[-1][0]})" if frames else ""
+        raised = [m for m in map(EXCEPTION_LINE.match, trace.splitlines()) if m]
+        error = raised[-1].group(1) if raised else "?"
+        code = SLACK_ERROR.search(trace)
+        error += f" ({code.group(1)})" if code else ""
+        chain = [name for _, name in frames]
+        where = f" in {' > '.join(dict.fromkeys(chain))} ({frames[-1][0]})" if frames else ""
         found[f"{error}{where}"] += 1
     return found
 
