@@ -82,7 +82,7 @@ class Campaign:
         self.bot = user(DISCORD_BOT, "Companion", bot=True)
         self.world = World(self.bot, DISCORD_APP, DISCORD_BOT_ROLE)
         self.t0 = 0.0
-        self.bursts: list[asyncio.Task] = []
+        self.sending: list[asyncio.Task] = []  # the traffic, and messages sent before kills
         self.giving_up = float("inf")  # when Discord members stop waiting for the bot
 
     def env(self, slack: ChaosSlack, discord: ChaosDiscord, gateway: Gateway, port: int) -> dict:
@@ -200,7 +200,7 @@ class Campaign:
                 return gen
             for item in burst:
                 item.at = time.monotonic() - self.t0
-                self.bursts.append(asyncio.create_task(events.send(item)))
+                self.sending.append(asyncio.create_task(events.send(item)))
             await asyncio.sleep(0.4 if burst else 0.0)
             await procs.end(gen, kill)
         return await procs.start("final")
@@ -212,15 +212,13 @@ class Campaign:
         events: EventsApi,
         discord: ChaosDiscord,
         gateway: Gateway,
-        traffic: asyncio.Task,
     ) -> None:
         """Faults off; Slack's retries and the waiting Discord messages go through; every
         member sends one probe; once nothing changes in the database for a while, SIGTERM;
         then the scheduled jobs once."""
         self.faults.calm()
         events.giving_up = self.giving_up = time.monotonic() + SETTLE_SECONDS
-        await traffic
-        await asyncio.gather(*self.bursts)
+        await asyncio.gather(*self.sending)
         probes = [i for i in self.plan.items if i.probe]
         for item in probes:
             item.at = time.monotonic() - self.t0
@@ -267,11 +265,17 @@ class Campaign:
                 self.set_up_members(slack, discord)
                 env = self.env(slack, discord, gateway, port)
                 procs = Processes(env, port, brain, db, self.workdir)
-                async with EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events:
-                    self.t0 = time.monotonic()
-                    traffic = asyncio.create_task(self.traffic(events, discord, gateway, procs))
-                    last = await self.generations(procs, events)
-                    await self.settle(procs, last, events, discord, gateway, traffic)
+                try:
+                    async with EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events:
+                        self.t0 = time.monotonic()
+                        traffic = self.traffic(events, discord, gateway, procs)
+                        self.sending.append(asyncio.create_task(traffic))
+                        last = await self.generations(procs, events)
+                        await self.settle(procs, last, events, discord, gateway)
+                finally:
+                    for task in self.sending:  # only when the campaign itself failed
+                        task.cancel()
+                    await procs.close()
                 stored = await checks.load(db)
                 records = report.records(slack, discord, self.plan.members)
                 result = report.verdict(self, procs, stored, records, gateway, events)

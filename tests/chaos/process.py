@@ -71,6 +71,7 @@ class Processes:
         self.logs = logs
         self.generations: list[Generation] = []
         self.imports: list[ImportRun] = []
+        self._stopping: list[asyncio.Task] = []  # fake models finishing their hung answers
 
     async def usage(self) -> int:
         async with self.db.connect() as conn:
@@ -144,8 +145,21 @@ class Processes:
         if not kill and proc.returncode != 0:
             gen.problems.append(f"{gen.name} exited with status {proc.returncode} on SIGTERM")
         gen.usage_after = await self.usage()
+        self._stop_model(gen)
+
+    def _stop_model(self, gen: Generation) -> None:
+        """In the background: a hung answer ('timeout' fault) would hold up the next start."""
         assert gen.model is not None
-        await gen.model.stop()
+        self._stopping.append(asyncio.create_task(gen.model.stop()))
+
+    async def close(self) -> None:
+        """Kill what still runs (a campaign that failed half-way), stop the fake models."""
+        for gen in self.generations:
+            if gen.proc is not None and gen.proc.returncode is None:
+                gen.proc.kill()
+                await gen.proc.wait()
+                self._stop_model(gen)
+        await asyncio.gather(*self._stopping)
 
     async def sweep(self) -> Generation:
         """The product's scheduled jobs, run once now in their own process (see sweep.py)."""
@@ -161,8 +175,7 @@ class Processes:
         if gen.returncode != 0:
             gen.problems.append(f"the sweep exited with status {gen.returncode}")
         gen.usage_after = await self.usage()
-        assert gen.model is not None
-        await gen.model.stop()
+        self._stop_model(gen)
         return gen
 
     async def run_import(self, mid: str, tenant: str, user: str, doc: dict[str, Any]) -> ImportRun:
