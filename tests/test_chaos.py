@@ -82,7 +82,7 @@ def stored(*events: tuple[str, int, int, str], replies=None, recall=None) -> Sto
         passages=collections.Counter(),
         replies=replies or {},
         pending=sum(1 for *_, status in events if status == "pending"),
-        handled_at={},
+        handled={},
     )
 
 
@@ -129,18 +129,25 @@ def test_checks_flag_replies_in_the_wrong_channel_and_replies_never_shown():
 
 def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():
     ledger = Ledger(window=8192)
-    mark = tag(ANN.mid, 1)
     ledger.calls += [
-        Call("run1", True, 3000, {ANN.mid}, None, billed=3100),  # a flush, for the turn below
-        Call("run1", False, 9000, {ANN.mid}, mark, billed=9010),
-        Call("run1", False, 2000, {ANN.mid, BOB.mid}, tag(BOB.mid, 1), fault="500"),
+        Call("run1", True, 3000, {ANN.mid}, at=150.5, billed=3100),  # a flush, in Ann's turn
+        Call("run1", False, 9000, {ANN.mid}, at=151.0, billed=9010),
+        Call("run1", False, 2000, {ANN.mid, BOB.mid}, at=152.0, fault="500"),
     ]
     assert sorted(v.kind for v in model_violations(ledger)) == ["crossed", "over_window"]
-    run = Generation("run1", Path("run1.log"), ended_by="SIGKILL", wall=(100.0, 200.0))
-    run.usage_after = 9010  # the turn's own call, not its summary call
-    found, _ = usage_violations([run], ledger, {mark: 150.0})
-    assert [v.kind for v in found] == ["usage"]
-    run.usage_after = 9010 + 3100
-    assert usage_violations([run], ledger, {mark: 150.0}) == ([], 0)
-    run.usage_after = 0  # killed mid-turn: the turn ran again (and was billed) in a later process
-    assert usage_violations([run], ledger, {mark: 250.0}) == ([], 9010 + 3100)
+    db = stored()
+    db.handled = {ANN_AGENT: [150.0]}  # Ann's turn started at 150 and was committed
+    agent_of = {ANN.mid: ANN_AGENT, BOB.mid: BOB_AGENT}
+    run = Generation("run1", Path("run1.log"), ended_by="SIGTERM", wall=(100.0, 200.0))
+    run.usage_after = {ANN_AGENT: 9010}  # the turn's own call, not its summary call
+    found, _ = usage_violations([run], ledger, db, agent_of)
+    assert [(v.kind, v.member) for v in found] == [("usage", ANN.mid)]
+    run.usage_after = {ANN_AGENT: 9010 + 3100}
+    assert usage_violations([run], ledger, db, agent_of) == ([], 0)
+    # Killed in a turn of hers: the calls after her last finished turn (140) may roll back.
+    db.handled = {ANN_AGENT: [140.0]}
+    run.ended_by, run.usage_after = "SIGKILL", {}
+    assert usage_violations([run], ledger, db, agent_of) == ([], 9010 + 3100)
+    # ... but not when her last finished turn started after those calls.
+    db.handled = {ANN_AGENT: [160.0]}
+    assert [v.kind for v in usage_violations([run], ledger, db, agent_of)[0]] == ["usage"]

@@ -4,10 +4,10 @@
 
 1. The fakes start: Slack's Web API (`ChaosSlack`), Discord's REST API and gateway
    (`ChaosDiscord`, `Gateway`), and per process a FakeOpenAI with the campaign's brain.
-2. Traffic, for `knobs.seconds`: every member's items at their planned moments (Slack
-   events retried until acknowledged; Discord messages to whatever session is live),
-   `companion import --replace` of a member while they talk, gateway drops, model outages,
-   random latencies and errors everywhere.
+2. Traffic, for `knobs.seconds` from the moment the first `companion run` is ready: every
+   member's items at their planned moments (Slack events retried until acknowledged;
+   Discord messages to whatever session is live), `companion import --replace` of a member
+   while they talk, gateway drops, model outages, random latencies and errors everywhere.
 3. Meanwhile `companion run` generations come and go: each lives its planned time and
    ends by SIGKILL or SIGTERM; the next starts at once. The one running when the traffic
    ends stays up.
@@ -188,11 +188,15 @@ class Campaign:
             *(outage(o) for o in self.plan.outages),
         )
 
-    async def generations(self, procs: Processes, events: EventsApi) -> Generation:
+    async def generations(
+        self, procs: Processes, events: EventsApi, first: Generation
+    ) -> Generation:
         """`companion run` after `companion run`, each ended as planned, while the traffic
         lasts; the one running when it ends stays up for the settle phase."""
+        gen = first
         for n, (seconds, kill) in enumerate(self.plan.lifetimes):
-            gen = await procs.start(f"run{n + 1}")
+            if n:
+                gen = await procs.start(f"run{n + 1}")
             burst = self.plan.kill_bursts.get(n, []) if kill else []
             left = self.t0 + self.knobs.seconds - time.monotonic()
             await asyncio.sleep(max(0.0, min(seconds - (0.4 if burst else 0.0), left)))
@@ -237,7 +241,7 @@ class Campaign:
                 now = tuple(
                     await conn.execute(
                         text(
-                            "SELECT count(*), count(*) FILTER (WHERE status = 'pending'), "
+                            "SELECT count(*), count(*) FILTER (WHERE processed_at IS NULL), "
                             "(SELECT count(*) FROM outbox WHERE delivered_at IS NOT NULL) "
                             "FROM events"
                         )
@@ -267,10 +271,11 @@ class Campaign:
                 procs = Processes(env, port, brain, db, self.workdir)
                 try:
                     async with EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events:
+                        first = await procs.start("run1")  # the traffic starts once it is up
                         self.t0 = time.monotonic()
                         traffic = self.traffic(events, discord, gateway, procs)
                         self.sending.append(asyncio.create_task(traffic))
-                        last = await self.generations(procs, events)
+                        last = await self.generations(procs, events, first)
                         await self.settle(procs, last, events, discord, gateway)
                 finally:
                     for task in self.sending:  # only when the campaign itself failed

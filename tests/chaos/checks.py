@@ -7,7 +7,8 @@ to a live gateway session), for each of its tags (its words, its file):
     erased        an import of the member ran after it was acknowledged and it is gone: fine
                   if the member had their answer; `erased_unanswered` if not
     duplicated    more than one event, recall message or archival passage holds it
-    stuck         its event is still pending
+    stuck         its event is not handled at the end (pending, or any status but done,
+                  failed and limited)
     broken_agent  a probe, sent once every fault is off, failed anyway (status `failed`):
                   the member's agent cannot answer any more
     unanswered    words without a reply in the outbox, or handled (`done`) without the
@@ -42,6 +43,7 @@ from tests.chaos.plan import Item, Member
 from tests.chaos.process import Generation, ImportRun
 
 TAG_SQL = "#chaos/[a-z0-9]+/[a-z0-9]+#"
+HANDLED = ("done", "failed", "limited")  # an event's final statuses (core.events.EventStatus)
 DISCORD_LIMIT = 2000
 
 
@@ -73,8 +75,8 @@ class Stored:
     recall: collections.Counter[tuple[int, str]]  # (agent, tag) -> trigger messages
     passages: collections.Counter[tuple[int, str]]  # (agent, tag) -> passages starting with it
     replies: dict[int, list[tuple[str, bool]]]  # event id -> [(text, delivered)]
-    pending: int
-    handled_at: dict[str, float]  # tag -> when its turn started (processed_at, epoch seconds)
+    pending: int  # events not handled: any status but HANDLED
+    handled: dict[int, list[float]]  # agent -> when its events' turns started (processed_at)
 
 
 async def load(db: AsyncEngine) -> Stored:
@@ -91,15 +93,15 @@ async def load(db: AsyncEngine) -> Stored:
             )
         }
         events: dict[str, list[tuple[int, int, str, str]]] = collections.defaultdict(list)
-        handled_at: dict[str, float] = {}
-        for eid, agent, kind, status, mark, handled in await rows(
+        handled: dict[int, list[float]] = collections.defaultdict(list)
+        for eid, agent, kind, status, mark, when in await rows(
             f"SELECT id, agent_id, kind, status, substring(payload->>'text' from '{TAG_SQL}'), "
             "extract(epoch from processed_at) FROM events ORDER BY id"
         ):
             if mark:
                 events[mark].append((eid, agent, kind, status))
-                if handled is not None:
-                    handled_at[mark] = float(handled)
+            if when is not None:
+                handled[agent].append(float(when))
         recall = collections.Counter(
             (agent, mark)
             for agent, mark in await rows(
@@ -120,10 +122,11 @@ async def load(db: AsyncEngine) -> Stored:
             "SELECT event_id, text, delivered_at IS NOT NULL FROM outbox ORDER BY id"
         ):
             replies[eid].append((body, delivered))
+        final = ", ".join(f"'{status}'" for status in HANDLED)
         pending = int(
-            await conn.scalar(text("SELECT count(*) FROM events WHERE status = 'pending'"))
+            await conn.scalar(text(f"SELECT count(*) FROM events WHERE status NOT IN ({final})"))
         )
-    return Stored(agents, events, recall, passages, replies, pending, handled_at)
+    return Stored(agents, events, recall, passages, replies, pending, handled)
 
 
 def shown_as(member: Member, reply: str) -> str:
@@ -159,7 +162,7 @@ class Checker:
                 self._tag(item, mark, words=mark == item.words_tag)
         self._item = None
         if self.stored.pending:
-            self.flag("stuck", "*", "*", f"{self.stored.pending} events still pending at the end")
+            self.flag("stuck", "*", "*", f"{self.stored.pending} events not handled at the end")
         return self.violations
 
     def _crossed_posts(self) -> None:
@@ -218,8 +221,8 @@ class Checker:
             self.flag(
                 "broken_agent", member.mid, mark, f"failed with nothing failing (event {eid})"
             )
-        if status == "pending":
-            self.flag("stuck", member.mid, mark, f"event {eid} still pending")
+        if status not in HANDLED:
+            self.flag("stuck", member.mid, mark, f"event {eid} still {status}")
         in_recall = stored.recall[(agent, mark)]
         if in_recall != 1:
             kind_of = "duplicated" if in_recall > 1 else "lost"
@@ -282,41 +285,49 @@ def model_violations(ledger: Ledger) -> list[Violation]:
 
 
 def usage_violations(
-    generations: list[Generation], ledger: Ledger, handled_at: dict[str, float]
+    generations: list[Generation], ledger: Ledger, stored: Stored, agent_of: dict[str, int]
 ) -> tuple[list[Violation], int]:
-    """Per process: the tokens `usage` grew by against the tokens the model billed it.
+    """Per process and member: the tokens `usage` grew by against what the model billed.
 
-    A turn commits its usage with its event; a turn cut off (SIGKILL, a SIGTERM past the
-    grace period) rolls back with its usage and runs again later. So a process must have
-    recorded exactly the calls of the turns it finished: those whose event's turn started
-    (`processed_at`) while it ran. Calls whose event cannot be found (no tag, erased by an
-    import) may or may not be recorded. Returns the violations and the tokens of cut turns.
-    """
+    Every call is the member's whose tags its prompt holds. A process that stopped cleanly
+    must have recorded exactly what it was billed. A killed one may have recorded less: the
+    turns it was running roll back with their usage (and run again later), but only calls
+    made after the start of the member's last turn it finished can belong to those. Calls
+    that name no single member loosen the check by what they were billed. Returns the
+    violations and the tokens billed to turns cut by kills."""
     found, cut = [], 0
     for gen in generations:
         start, end = gen.wall
-        expected = unknown = summaries = 0
-        for call, trigger in ledger.turn_of(gen.name):
-            when = handled_at.get(trigger) if trigger else None
-            if trigger is None or (when is None and not call.summary):
-                unknown += call.billed
-            elif when is not None and start <= when <= end:
-                expected += call.billed
-                summaries += call.billed if call.summary else 0
-            else:
-                cut += call.billed
-        recorded = gen.usage_after - gen.usage_before
-        if not expected <= recorded <= expected + unknown:
-            found.append(
-                Violation(
-                    "usage",
-                    "*",
-                    "*",
-                    f"{gen.name} ({gen.ended_by}): usage grew by {recorded}; its finished "
-                    f"turns were billed {expected} (summary calls {summaries}), {unknown} "
-                    "more unattributed",
+        calls = ledger.of(gen.name)
+        loose = sum(c.billed for c in calls if c.member is None)
+        for member in sorted({c.member for c in calls if c.member}):
+            agent = agent_of.get(member, -1)
+            mine = [c for c in calls if c.member == member]
+            billed = sum(c.billed for c in mine)
+            recorded = gen.usage_after.get(agent, 0) - gen.usage_before.get(agent, 0)
+            finished = [t for t in stored.handled.get(agent, []) if start <= t <= end]
+            since = max(finished, default=start)
+            may_roll_back = sum(c.billed for c in mine if c.at >= since)
+            if gen.ended_by != "SIGKILL":
+                may_roll_back = 0
+            if recorded > billed + loose or recorded < billed - may_roll_back - loose:
+                summaries = sum(c.billed for c in mine if c.summary)
+                found.append(
+                    Violation(
+                        "usage",
+                        member,
+                        "*",
+                        f"{gen.name} ({gen.ended_by}): usage grew by {recorded}, the model "
+                        f"billed {billed} (summary calls {summaries})"
+                        + (
+                            f", {may_roll_back} of it in turns cut by the kill"
+                            if may_roll_back
+                            else ""
+                        ),
+                    )
                 )
-            )
+            if gen.ended_by == "SIGKILL":
+                cut += max(0, billed - recorded)
     return found, cut
 
 

@@ -10,7 +10,7 @@ Before answering it asks `Faults` for a latency and a fault (HTTP 500, 429, a ha
 client's timeout, a garbage body). It reports `usage` itself and writes every call in the
 `Ledger`: which `companion` process made it (each process gets its own FakeOpenAI server,
 named by its generation), the prompt as the fake counts it (`count_prompt`), the members
-whose tags the prompt holds, and the tokens billed (0 for a failed call).
+whose tags the prompt holds, when it came, and the tokens billed (0 for a failed call).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import json
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,10 +74,14 @@ class Call:
     generation: str
     summary: bool
     prompt_tokens: int  # as the fake counts them
-    members: set[str]
-    trigger: str | None  # the tag of the turn's trigger (None for a summary call)
+    members: set[str]  # whose tags the prompt holds: one member, unless memory crossed
+    at: float = 0.0  # time.time() when it arrived
     fault: str | None = None
     billed: int = 0  # prompt + completion tokens reported in `usage`; 0 when the call failed
+
+    @property
+    def member(self) -> str | None:
+        return next(iter(self.members)) if len(self.members) == 1 else None
 
 
 @dataclass
@@ -86,22 +91,6 @@ class Ledger:
 
     def of(self, generation: str) -> list[Call]:
         return [c for c in self.calls if c.generation == generation]
-
-    def turn_of(self, generation: str) -> list[tuple[Call, str | None]]:
-        """Each call of a process with the trigger tag of the turn it served.
-
-        A summary call is made while the queue is flushed, before the next call of the
-        same turn: it belongs to the member's next turn call in that process (None when
-        there is none: the turn died)."""
-        calls = self.of(generation)
-        served: list[tuple[Call, str | None]] = []
-        for i, call in enumerate(calls):
-            if not call.summary:
-                served.append((call, call.trigger))
-                continue
-            later = (c for c in calls[i + 1 :] if not c.summary and c.members & call.members)
-            served.append((call, next((c.trigger for c in later), None)))
-        return served
 
 
 class Brain:
@@ -119,8 +108,9 @@ class Brain:
 
     async def answer(self, generation: str, body: dict[str, Any]) -> Any:
         summary = is_summary_request(body)
-        trigger = None if summary else trigger_tag(body)
-        call = Call(generation, summary, count_prompt(body), members_in(prompt_text(body)), trigger)
+        call = Call(
+            generation, summary, count_prompt(body), members_in(prompt_text(body)), time.time()
+        )
         self.ledger.calls.append(call)
         call.fault = await self.faults.model_call()
         if call.fault is not None:

@@ -42,8 +42,8 @@ class Generation:
     ready: bool = False
     ended_by: str = ""  # "SIGKILL", "SIGTERM", or "" while running
     returncode: int | None = None
-    usage_before: int = 0
-    usage_after: int = 0
+    usage_before: dict[int, int] = field(default_factory=dict)  # agent id -> tokens in `usage`
+    usage_after: dict[int, int] = field(default_factory=dict)
     started: float = 0.0  # time.monotonic() of the spawn, /readyz 200, the signal
     ready_at: float = 0.0
     ended_at: float = 0.0
@@ -73,9 +73,11 @@ class Processes:
         self.imports: list[ImportRun] = []
         self._stopping: list[asyncio.Task] = []  # fake models finishing their hung answers
 
-    async def usage(self) -> int:
+    async def usage(self) -> dict[int, int]:
+        """Tokens in `usage`, per agent (all days)."""
         async with self.db.connect() as conn:
-            return int(await conn.scalar(text("SELECT coalesce(sum(tokens), 0) FROM usage")))
+            rows = await conn.execute(text("SELECT agent_id, sum(tokens) FROM usage GROUP BY 1"))
+            return {int(agent): int(tokens) for agent, tokens in rows}
 
     async def _spawn(self, name: str, args: list[str], module: list[str]) -> Generation:
         gen = Generation(name, self.logs / f"{name}.log", started=time.monotonic())

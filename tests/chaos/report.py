@@ -110,7 +110,9 @@ def verdict(
     checker = checks.Checker(items, procs.imports, shown, stored, _when(campaign, procs))
     found = checker.run()
     found += checks.model_violations(ledger)
-    usage, cut = checks.usage_violations(procs.generations, ledger, stored.handled_at)
+    agents = {tenant_user: agent for agent, tenant_user in stored.agents.items()}
+    agent_of = {m.mid: agents.get((m.tenant, m.user), -1) for m in plan.members}
+    usage, cut = checks.usage_violations(procs.generations, ledger, stored, agent_of)
     found += usage
     found += checks.process_violations(procs.generations, procs.imports)
     runs = [g for g in procs.generations if g.name != "sweep"]

@@ -7,13 +7,15 @@
 (`REDELIVER_AFTER`), and the scheduler pass. A campaign cannot wait minutes per seed, so
 this process builds the same jobs with `bot.run.scheduler_running` (the product's code:
 whatever jobs it registers) and the REST-only router `companion tick` uses, and calls each
-job once, resume first. The only difference from the timer is the age limit of replies,
-set to 0 here because nothing else is running.
+job once, resume first. The only difference from the timer: the ages after which the
+product takes over work another process may still be doing (`AGE_LIMITS`, those that
+exist) are set to 0, because no other process is running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 from datetime import timedelta
 
@@ -24,11 +26,20 @@ from bot.observability import configure_logging, log_options
 from bot.settings import Settings
 
 FIRST = ("resume", "redeliver")
+# (module, name): replies older than this are retried; held events older than this released
+AGE_LIMITS = [("bot.run", "REDELIVER_AFTER"), ("core.runtime.engine", "HOLD_LIMIT")]
+
+
+def no_age_limits() -> None:
+    assert hasattr(run_module, "REDELIVER_AFTER"), "bot.run no longer has REDELIVER_AFTER"
+    for module, name in AGE_LIMITS:
+        owner = importlib.import_module(module)
+        if hasattr(owner, name):
+            setattr(owner, name, timedelta(0))
 
 
 async def main() -> None:
-    assert hasattr(run_module, "REDELIVER_AFTER"), "bot.run no longer has REDELIVER_AFTER"
-    run_module.REDELIVER_AFTER = timedelta(0)
+    no_age_limits()
     settings = Settings.from_env(os.environ)
     async with (
         open_app(settings) as app,
