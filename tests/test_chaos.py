@@ -103,16 +103,17 @@ def test_checks_pass_a_campaign_where_everything_held():
 
 
 def test_checks_flag_lost_duplicated_stuck_and_unanswered_messages():
-    lost, twice, stuck = said(ANN, 1), said(ANN, 2), said(BOB, 1)
+    lost, twice, stuck, silent = said(ANN, 1), said(ANN, 2), said(BOB, 1), said(BOB, 2)
     db = stored(
         (twice.words_tag, 10, ANN_AGENT, "done"),
         (twice.words_tag, 11, ANN_AGENT, "done"),
         (stuck.words_tag, 12, BOB_AGENT, "pending"),
+        (silent.words_tag, 13, BOB_AGENT, "done"),
         replies={10: [(f"ack {twice.words_tag}", True)]},
     )
     posts = {ANN.channel: [f"ack {twice.words_tag}"]}
-    kinds = check([lost, twice, stuck], db, posts)
-    assert kinds == ["duplicated", "lost", "stuck", "stuck", "unanswered"]
+    kinds = check([lost, twice, stuck, silent], db, posts)
+    assert kinds == ["duplicated", "lost", "stuck", "stuck", "unanswered", "unanswered"]
 
 
 def test_checks_flag_replies_in_the_wrong_channel_and_replies_never_shown():

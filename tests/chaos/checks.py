@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.slack.events import SLACK_TEXT_LIMIT, no_pings
 from adapters.text import split_message, to_slack_mrkdwn
-from tests.chaos.model import TAG, Ledger, members_in
+from tests.chaos.model import Ledger, members_in
 from tests.chaos.plan import Item, Member
 from tests.chaos.process import Generation, ImportRun
 
@@ -223,6 +223,7 @@ class Checker:
             )
         if status not in HANDLED:
             self.flag("stuck", member.mid, mark, f"event {eid} still {status}")
+            return  # not in recall nor answered yet: that is what stuck means
         in_recall = stored.recall[(agent, mark)]
         if in_recall != 1:
             kind_of = "duplicated" if in_recall > 1 else "lost"
@@ -342,7 +343,3 @@ def process_violations(generations: list[Generation], imports: list[ImportRun]) 
                 )
             )
     return found
-
-
-def tags_in(text_: str) -> list[str]:
-    return [m.group(0) for m in TAG.finditer(text_)]
