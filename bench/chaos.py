@@ -61,7 +61,8 @@ async def campaigns(args: argparse.Namespace, url: str) -> list[Report]:
     logs = Path(args.logs or tempfile.mkdtemp(prefix="companion-chaos-"))
     reports = []
     for seed in range(args.first, args.first + args.seeds):
-        schema = await fresh_schema(url, f"chaos_{seed}_{int(time.time())}")
+        name = f"chaos_{seed}_{int(time.time())}"
+        schema = await fresh_schema(url, name, embedded=not args.database_url)
         report = await run_campaign(seed, knobs, url, schema, logs / f"seed-{seed}")
         reports.append(report)
         print(
@@ -76,7 +77,11 @@ async def main() -> int:
     parser.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
     parser.add_argument("--first", type=int, default=1, help="the first seed (default 1)")
     parser.add_argument("--fast", action="store_true", help="the test suite's knobs")
-    parser.add_argument("--database-url", help="a Postgres server instead of an embedded one")
+    parser.add_argument(
+        "--database-url",
+        help="a Postgres server instead of an embedded one, as a superuser (the checks read "
+        "every member's rows)",
+    )
     parser.add_argument("--logs", help="where process logs go (default: a temporary dir)")
     args = parser.parse_args()
     knobs = FAST if args.fast else LONG

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from bot.database import make_engine, migrate
+from bot.database import make_engine, migrate, serve_as_app_role
 from tests.chaos import checks, report
 from tests.chaos.discord_api import ChaosDiscord, Gateway, World, dm_channel, member_message, user
 from tests.chaos.faults import Faults, Knobs
@@ -46,7 +46,7 @@ from tests.chaos.plan import (
 )
 from tests.chaos.process import Generation, Processes
 from tests.chaos.slack_api import SECRET, ChaosSlack, EventsApi
-from tests.conftest import cli_env
+from tests.conftest import SERVED, cli_env
 from tests.fake_discord import attachment
 
 SETTLE_SECONDS = 25.0  # after the traffic: for Slack's retries and the last turns
@@ -59,13 +59,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def fresh_schema(pg_url: str, name: str) -> str:
-    """A new, migrated schema on the server (what tests/conftest.py's `schema` does)."""
-    admin = make_engine(pg_url)
-    async with admin.begin() as conn:
-        await conn.execute(text(f"CREATE SCHEMA {name}"))
-    await admin.dispose()
-    engine = make_engine(pg_url, schema=name)
+async def fresh_schema(pg_url: str, name: str, embedded: bool = True) -> str:
+    """A new, migrated schema, set up as tests/conftest.py's `schema` fixture does it: on the
+    embedded server, served as the ordinary role Companion uses there."""
+    if embedded:
+        served = await serve_as_app_role(pg_url, name)
+    else:
+        admin = make_engine(pg_url)
+        async with admin.begin() as conn:
+            await conn.execute(text(f"CREATE SCHEMA {name}"))
+        await admin.dispose()
+        served = pg_url
+    SERVED[pg_url, name] = served  # what cli_env hands `companion` as DATABASE_URL
+    engine = make_engine(served, schema=name)
     await migrate(engine, 16)
     await engine.dispose()
     return name
