@@ -307,7 +307,7 @@ def import_doc(member: Member, rng: random.Random) -> dict[str, Any]:
     messages = []
     for k in range(1, 7):
         words = " ".join(rng.choice(["tide", "loom", "quill", "gravel"]) for _ in range(40))
-        if k in (2, 5):
+        if k in (3, 5):
             words = (words + " ") * 30
         role = "user" if k % 2 else "assistant"
         content = f"{tag(member.mid, f'i{k}')} {words}" if role == "user" else "noted"
