@@ -186,7 +186,22 @@ class Processes:
         path.write_text(json.dumps(doc), encoding="utf-8")
         run = ImportRun(mid, time.monotonic())
         self.imports.append(run)
-        proc = await asyncio.create_subprocess_exec(
+        # Its own model server: the import embeds what it restores (it makes no chat call;
+        # one would be in the ledger under this name).
+        model = FakeOpenAI(self.brain.for_generation(f"import{len(self.imports)}"), 16)
+        await model.start()
+        try:
+            proc = await self._import_process(path, tenant, user, model.base_url)
+            _, err = await proc.communicate()
+        finally:
+            self._stopping.append(asyncio.create_task(model.stop()))
+        run.ended, run.returncode, run.stderr = time.monotonic(), proc.returncode, err.decode()
+        return run
+
+    async def _import_process(
+        self, path: Path, tenant: str, user: str, model_url: str
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             *COMPANION,
             "import",
             str(path),
@@ -195,12 +210,9 @@ class Processes:
             "--user",
             user,
             "--replace",
-            env=self.env,
+            env={**self.env, "OPENAI_BASE_URL": model_url},
             cwd=ROOT,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await proc.communicate()
-        run.ended, run.returncode, run.stderr = time.monotonic(), proc.returncode, err.decode()
-        return run
