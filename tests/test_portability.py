@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from core.directory import ensure_agent
 from core.errors import BadExport, ImportConflict
@@ -23,6 +23,8 @@ from core.events import EventKind, InboundEvent
 from core.members.portability import export_agent, import_agent, parse_export
 from core.memory.store import AgentStore
 from core.models import Message, Passage
+from core.runtime.engine import Exchange
+from core.scope import enter_scope
 from tests.conftest import Run, cli_env, companion
 
 TENANT = "club"
@@ -428,3 +430,45 @@ def test_text_postgres_cannot_store_is_cleaned_and_old_exports_stay_searchable()
     (summary,) = export.all_summaries(datetime(2026, 2, 1, tzinfo=UTC))
     # Messages without "in_context" are out of the queue: the summary covers them.
     assert summary.text == "said \ufffd hi" and summary.covers_messages == 1
+
+
+async def _lock_waiters(sessions) -> int:
+    async with sessions() as session:
+        return int(
+            await session.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")) or 0
+        )
+
+
+async def test_a_replacing_import_answers_what_was_acknowledged_before_and_during_it(
+    engine, members, sessions
+):
+    """Issue 8, finding 7: `import --replace` erased the member's pending events, so a message
+    acknowledged before the import, or while it waited for the turn in progress, was never
+    answered. Both are answered after it, from the imported memory."""
+    scope = await engine.agent("club", "zoe")
+    await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "remember I play chess"))
+    before = await engine.submit(
+        scope, InboundEvent(EventKind.USER_MESSAGE, "what do you know about me?", "ev:1")
+    )
+    doc = dict(MINIMAL, blocks=[{"label": "human", "value": "Name: Zoe. Likes kites."}])
+    async with sessions() as turn, turn.begin():  # a turn in progress holds the agent
+        await enter_scope(turn, scope)
+        await AgentStore(turn, scope, engine.mind.config.max_message_tokens).lock_agent()
+        replacing = asyncio.create_task(
+            members.admin_import("club", "ops", "zoe", parse_export(doc), replace=True)
+        )
+        for _ in range(200):  # the import waits for the turn
+            if await _lock_waiters(sessions) or replacing.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not replacing.done()
+        during = await engine.submit(
+            scope, InboundEvent(EventKind.USER_MESSAGE, "what do you know about me now?", "ev:2")
+        )
+    await replacing
+
+    for event_id in (before, during):
+        replies = (await engine.answer(scope, event_id)).replies
+        assert len(replies) == 1 and "Likes kites" in replies[0], replies
+        assert "chess" not in replies[0]
+    assert await engine.answer(scope, before) == Exchange(before, [], None)  # answered once

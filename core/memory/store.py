@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
 from core.memory.prompt import Entry, counted, render
-from core.models import Agent, Block, Event, Message, Passage, Reply, Summary, Tenant, User
+from core.models import Agent, Block, Message, Passage, Reply, Summary, Tenant, User
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -173,8 +173,12 @@ class AgentStore:
         await self._changed()
 
     async def clear(self) -> None:
-        """Erase the agent's memory: messages, summaries, passages, blocks, events."""
-        for model in (Message, Summary, Passage, Block, Event):
+        """Erase the agent's memory: messages, summaries, passages, blocks. Its events stay:
+        they are what the member sent and what is owed to them, not memory. A message
+        acknowledged but not yet answered (stored before or during a replacing import) is
+        answered afterwards, with the new memory; replies not yet delivered still find their
+        way back; a platform's redelivery of an answered message is still recognised."""
+        for model in (Message, Summary, Passage, Block):
             await self.session.execute(delete(model).where(self._mine(model)))
         await self._changed()
 
