@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.database import open_database
+from bot.database import POOL_SIZE, open_database
 from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
@@ -92,7 +92,9 @@ async def open_app(
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
-        engine = Engine(sessions, mind, clock or utcnow, worker)
+        # Turns take at most half the pool (POOL_SIZE of 2 x POOL_SIZE connections): the rest
+        # stores events, delivers replies and answers /readyz however busy the agents are.
+        engine = Engine(sessions, mind, clock or utcnow, worker, turns_at_once=POOL_SIZE)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(

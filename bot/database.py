@@ -74,7 +74,10 @@ async def embedded_postgres(data_dir: Path) -> AsyncIterator[str]:
         await asyncio.to_thread(server.cleanup)
 
 
-def make_engine(url: str, schema: str | None = None, pool_size: int = 10) -> AsyncEngine:
+POOL_SIZE = 10  # connections kept open; as many again may open when all are busy
+
+
+def make_engine(url: str, schema: str | None = None, pool_size: int = POOL_SIZE) -> AsyncEngine:
     connect_args: dict[str, Any] = {}
     if schema:
         connect_args["server_settings"] = {"search_path": f"{schema},public"}

@@ -123,6 +123,7 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         embeddings: bool = False,
         retries: int = 0,
         timeout: float = 10.0,
+        turns_at_once: int = 10,
     ) -> Engine:
         client = openai.AsyncOpenAI(
             base_url=fake.base_url, api_key="test", max_retries=retries, timeout=timeout
@@ -130,7 +131,7 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         clients.append(client)
         embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
         mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), config or EngineConfig(), embedder)
-        return Engine(sessions, mind, clock)
+        return Engine(sessions, mind, clock, turns_at_once=turns_at_once)
 
     yield build
     for client in clients:

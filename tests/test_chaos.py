@@ -87,7 +87,7 @@ def stored(*events: tuple[str, int, int, str], replies=None, recall=None) -> Sto
 
 def check(items: list[Item], db: Stored, posts: dict[str, list[str]]) -> list[str]:
     shown = Records(posts, {ANN.channel: ANN, BOB.channel: BOB})
-    return sorted(v.kind for v in Checker(items, [], shown, db).run())
+    return sorted(v.kind for v in Checker(items, shown, db).run())
 
 
 def test_checks_pass_a_campaign_where_everything_held():
@@ -113,6 +113,24 @@ def test_checks_flag_lost_duplicated_stuck_and_unanswered_messages():
     posts = {ANN.channel: [f"ack {twice.words_tag}"]}
     kinds = check([lost, twice, stuck, silent], db, posts)
     assert kinds == ["duplicated", "lost", "stuck", "stuck", "unanswered", "unanswered"]
+
+
+def test_checks_accept_recall_a_replacing_import_erased_and_nothing_else():
+    before, after, never = said(ANN, 1), said(ANN, 2), said(ANN, 3)
+    db = stored(
+        (before.words_tag, 10, ANN_AGENT, "done"),
+        (after.words_tag, 11, ANN_AGENT, "done"),
+        replies={10: [(f"ack {before.words_tag}", True)], 11: [(f"ack {after.words_tag}", True)]},
+        recall={},  # the import replaced recall; the turn after it must be there, and is not
+    )
+    db.turn_at, db.replaced = {10: 100.0, 11: 300.0}, {ANN_AGENT: [200.0]}
+    posts = {ANN.channel: [f"ack {before.words_tag}", f"ack {after.words_tag}"]}
+    assert check([before, after], db, posts) == ["lost"]
+    # An import keeps the events: one that was never stored is lost, import or not.
+    assert check([before, never], db, posts) == ["lost"]
+    # Erased by the import still means answered before it.
+    db.replies, posts = {11: db.replies[11]}, {ANN.channel: [f"ack {after.words_tag}"]}
+    assert check([before], db, posts) == ["unanswered", "unanswered"]
 
 
 def test_checks_flag_replies_in_the_wrong_channel_and_replies_never_shown():

@@ -2,10 +2,13 @@
 
 import asyncio
 
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from bot.database import make_engine
 from core.events import EventKind, InboundEvent
 from core.models import Event
+from tests.conftest import _engine_builder, served_url
 from tests.fake_openai import last_user_text, say
 
 
@@ -112,3 +115,58 @@ async def test_a_busy_agent_still_stores_new_events_at_once(make_engine_for, fak
     await turn  # its drain goes on to the queued "two"
     async with sessions() as session:
         assert (await session.get(Event, event_id)).status == "done"
+
+
+async def test_members_queued_on_a_busy_agent_leave_the_pool_to_everyone_else(
+    pg_url, schema, fake, clock
+):
+    """Handlers waiting for their agent's turn held a pooled connection each while they waited
+    for its row lock: a few chatty members took the whole pool, and everyone else's message
+    could not even be stored (QueuePool timeout after the acknowledgement) while /readyz's
+    `SELECT 1` failed. Now they wait without a connection, and turns take at most
+    `turns_at_once` of them."""
+    db = make_engine(served_url(pg_url, schema), schema, pool_size=2)  # 2 + 2 overflow
+    sessions = async_sessionmaker(db, expire_on_commit=False)
+    thinking = {name: asyncio.Event() for name in ("ann", "carl")}
+    release = {name: asyncio.Event() for name in ("ann", "carl")}
+
+    async def brain(body):
+        said = last_user_text(body)
+        who = said.split()[0]
+        if who in thinking:
+            thinking[who].set()
+            await release[who].wait()
+        return say("re: " + said)
+
+    fake.brain = brain
+    try:
+        async with _engine_builder(sessions, fake, clock) as build:
+            engine = build(turns_at_once=2)
+            ann, bob, carl = [await engine.agent("t", n) for n in ("ann", "bob", "carl")]
+
+            def talk(scope, text):
+                event = InboundEvent(EventKind.USER_MESSAGE, text)
+                return asyncio.create_task(engine.converse(scope, event))
+
+            first = talk(ann, "ann 0")
+            carls = talk(carl, "carl 0")
+            await asyncio.wait_for(thinking["ann"].wait(), 10)
+            await asyncio.wait_for(thinking["carl"].wait(), 10)  # both turn slots are busy
+            queued = [talk(ann, f"ann {i}") for i in range(1, 6)]
+            await asyncio.sleep(0.5)  # Ann's handlers store their events and queue
+
+            async with asyncio.timeout(5):  # neither waits for Ann's turn or the pool
+                bobs = await engine.submit(bob, InboundEvent(EventKind.USER_MESSAGE, "bob 0"))
+                async with sessions() as session:
+                    assert await session.scalar(text("SELECT 1")) == 1
+            release["carl"].set()
+            assert (await asyncio.wait_for(engine.answer(bob, bobs), 10)).replies == ["re: bob 0"]
+            release["ann"].set()
+            answered = await asyncio.wait_for(asyncio.gather(first, carls, *queued), 20)
+    finally:
+        await db.dispose()
+    assert [e.replies for e in answered] == [
+        ["re: ann 0"],
+        ["re: carl 0"],
+        *[[f"re: ann {i}"] for i in range(1, 6)],
+    ]

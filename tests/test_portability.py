@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
+from sqlalchemy import text as sql
 
 from core.directory import ensure_agent
 from core.errors import BadExport, ImportConflict
@@ -435,7 +436,7 @@ def test_text_postgres_cannot_store_is_cleaned_and_old_exports_stay_searchable()
 async def _lock_waiters(sessions) -> int:
     async with sessions() as session:
         return int(
-            await session.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")) or 0
+            await session.scalar(sql("SELECT count(*) FROM pg_locks WHERE NOT granted")) or 0
         )
 
 

@@ -47,6 +47,7 @@ from core.models import Agent, Event
 from core.ports import Counter, Send, Timer
 from core.runtime.activity import Activity
 from core.runtime.budgets import over_limit, record_usage
+from core.runtime.gate import TurnGate
 from core.runtime.outbox import Outbox
 from core.runtime.seen import Seen
 from core.schedule.planning import after_event
@@ -98,6 +99,7 @@ class Engine:
         mind: Mind,
         clock: Callable[[], datetime] = utcnow,
         embeddings: EmbeddingWorker | None = None,
+        turns_at_once: int = 10,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
@@ -106,6 +108,9 @@ class Engine:
         self.outbox = Outbox(sessions, clock)
         self.activity = Activity()
         self.seen = Seen(sessions)
+        # Turns hold a connection each: at most this many at once, and one waiter per agent
+        # (core/runtime/gate.py), so storing events and health checks always find one.
+        self.gate = TurnGate(turns_at_once)
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""
@@ -231,6 +236,10 @@ class Engine:
         return event_id, new
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
+        async with self.gate.turn(scope.agent_id):  # before taking a connection
+            return await self._drain(scope)
+
+    async def _drain(self, scope: Scope) -> list[TurnResult]:
         results: list[TurnResult] = []
         while True:
             async with self.sessions() as session, session.begin():

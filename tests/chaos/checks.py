@@ -3,9 +3,11 @@
 For every acknowledged item (a Slack event answered with HTTP 200, a Discord message sent
 to a live gateway session), for each of its tags (its words, its file):
 
-    lost          no event holds it (and no `import --replace` of the member can explain it)
-    erased        an import of the member ran after it was acknowledged and it is gone: fine
-                  if the member had their answer; `erased_unanswered` if not
+    lost          no event holds it (an import keeps the member's events); or its message
+                  (its file's passage) is not in recall though no `import --replace` of
+                  the member came after its turn
+    erased        its turn came before an `import --replace` of the member, which replaced
+                  the recall that held it: fine, and it must still have been answered
     duplicated    more than one event, recall message or archival passage holds it
     stuck         its event is not handled at the end (pending, or any status but done,
                   failed and limited)
@@ -77,6 +79,10 @@ class Stored:
     replies: dict[int, list[tuple[str, bool]]]  # event id -> [(text, delivered)]
     pending: int  # events not handled: any status but HANDLED
     handled: dict[int, list[float]]  # agent -> when its events' turns started (processed_at)
+    turn_at: dict[int, float] = field(default_factory=dict)  # event id -> its processed_at
+    # agent -> when each `import --replace` of it ran (its audit entry: written holding the
+    # agent's lock, so every turn started either before it or after its commit)
+    replaced: dict[int, list[float]] = field(default_factory=dict)
 
 
 async def load(db: AsyncEngine) -> Stored:
@@ -94,6 +100,7 @@ async def load(db: AsyncEngine) -> Stored:
         }
         events: dict[str, list[tuple[int, int, str, str]]] = collections.defaultdict(list)
         handled: dict[int, list[float]] = collections.defaultdict(list)
+        turn_at: dict[int, float] = {}
         for eid, agent, kind, status, mark, when in await rows(
             f"SELECT id, agent_id, kind, status, substring(payload->>'text' from '{TAG_SQL}'), "
             "extract(epoch from processed_at) FROM events ORDER BY id"
@@ -102,6 +109,16 @@ async def load(db: AsyncEngine) -> Stored:
                 events[mark].append((eid, agent, kind, status))
             if when is not None:
                 handled[agent].append(float(when))
+                turn_at[eid] = float(when)
+        agent_of = {member: a for a, member in agents.items()}
+        replaced: dict[int, list[float]] = collections.defaultdict(list)
+        for tenant, user, when in await rows(
+            "SELECT t.key, l.target, extract(epoch from l.created_at) FROM audit_log l "
+            "JOIN tenants t ON t.id = l.tenant_id "
+            "WHERE l.action = 'import' AND (l.detail->>'replace')::boolean"
+        ):
+            if (tenant, user) in agent_of:
+                replaced[agent_of[tenant, user]].append(float(when))
         recall = collections.Counter(
             (agent, mark)
             for agent, mark in await rows(
@@ -126,7 +143,9 @@ async def load(db: AsyncEngine) -> Stored:
         pending = int(
             await conn.scalar(text(f"SELECT count(*) FROM events WHERE status NOT IN ({final})"))
         )
-    return Stored(agents, events, recall, passages, replies, pending, handled)
+    return Stored(
+        agents, events, recall, passages, replies, pending, handled, turn_at, dict(replaced)
+    )
 
 
 def shown_as(member: Member, reply: str) -> str:
@@ -139,7 +158,6 @@ def shown_as(member: Member, reply: str) -> str:
 @dataclass
 class Checker:
     items: list[Item]
-    imports: list[ImportRun]
     records: Records
     stored: Stored
     when: Callable[[Item], str] = lambda item: ""  # when it was acknowledged, for reports
@@ -177,11 +195,10 @@ class Checker:
                         "crossed", owner.mid, "*", f"shown {sorted(others)}'s tags: {post[:80]!r}"
                     )
 
-    def _erasable(self, item: Item) -> bool:
-        assert item.acked_at is not None
-        return any(
-            run.member == item.member.mid and item.acked_at < run.ended for run in self.imports
-        )
+    def _erased(self, agent: int, eid: int) -> bool:
+        """Whether an `import --replace` of the agent came after the event's turn."""
+        turn = self.stored.turn_at.get(eid)
+        return turn is not None and any(turn < t for t in self.stored.replaced.get(agent, []))
 
     def _answered_outside(self, member: Member, mark: str) -> bool:
         return any(mark in post for post in self.records.posts.get(member.channel, []))
@@ -202,17 +219,7 @@ class Checker:
                     f"stored as event {eid} of {stored.agents.get(agent)}",
                 )
         if not mine:
-            if not self._erasable(item):
-                self.flag("lost", member.mid, mark, "acknowledged, never stored")
-            elif self._answered_outside(member, mark) or not words:
-                self.erased += 1
-            else:
-                self.flag(
-                    "erased_unanswered",
-                    member.mid,
-                    mark,
-                    "erased by import --replace before any answer",
-                )
+            self.flag("lost", member.mid, mark, "acknowledged, never stored")
             return
         if len(mine) > 1:
             self.flag("duplicated", member.mid, mark, f"{len(mine)} events {[e[0] for e in mine]}")
@@ -224,12 +231,15 @@ class Checker:
         if status not in HANDLED:
             self.flag("stuck", member.mid, mark, f"event {eid} still {status}")
             return  # not in recall nor answered yet: that is what stuck means
+        # Its turn came before an import that replaced recall: none left is right too.
+        erased = self._erased(agent, eid)
+        self.erased += int(erased)
         in_recall = stored.recall[(agent, mark)]
-        if in_recall != 1:
+        if in_recall != 1 and not (erased and in_recall == 0):
             kind_of = "duplicated" if in_recall > 1 else "lost"
             self.flag(kind_of, member.mid, mark, f"{in_recall} messages in recall (event {eid})")
-        if not words and stored.passages[(agent, mark)] != 1:
-            count = stored.passages[(agent, mark)]
+        count = stored.passages[(agent, mark)]
+        if not words and count != 1 and not (erased and count == 0):
             self.flag(
                 "duplicated" if count > 1 else "lost",
                 member.mid,

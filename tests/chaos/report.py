@@ -107,7 +107,7 @@ def verdict(
 ) -> Report:
     plan, ledger = campaign.plan, campaign.ledger
     items = plan.items
-    checker = checks.Checker(items, procs.imports, shown, stored, _when(campaign, procs))
+    checker = checks.Checker(items, shown, stored, _when(campaign, procs))
     found = checker.run()
     found += checks.model_violations(ledger)
     agents = {tenant_user: agent for agent, tenant_user in stored.agents.items()}
