@@ -327,7 +327,8 @@ def guild(
         "name": "Harbour",
         "icon": None,
         "owner_id": str(owner_id),
-        "roles": [role(guild_id, "@everyone", permissions=0x400 | 0x800), *roles],
+        # Discord's default for everyone: view channels, send messages, read their history
+        "roles": [role(guild_id, "@everyone", permissions=0x400 | 0x800 | 0x10000), *roles],
         "emojis": [],
         "stickers": [],
         "features": [],

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 
 from adapters.inbound import FILE_FAILED, SharedFile, message_event, take
 from core.models import Event, Passage
-from tests.fake_discord import attachment, message, user
+from tests.fake_discord import attachment, message, snowflake, text_channel, user
 from tests.rigs import DiscordRig
 from tests.test_discord import (  # noqa: F401 (bot: the fixture)
     ANN,
@@ -134,3 +134,22 @@ async def test_a_message_held_for_its_files_is_taken_again_on_read_back(
     assert bot.api.texts(DM)[-1] == "You said: read my notes"
     async with sessions() as session:
         assert await session.scalar(select(func.count()).select_from(Passage)) == 1
+
+
+async def test_a_first_mention_in_a_channel_of_its_server_is_read_back(bot, engine):  # noqa: F811
+    """Issue 8, finding 1 (Discord): a mention in a channel where the bot never talked, sent
+    while it was down or dying, was out of reach of the read-back, which only knew channels
+    with stored messages. The server's channel list names the channels with newer messages."""
+    await said(bot, ANN, DM, "hello")
+    quiet, busy = snowflake(), snowflake()
+    for channel_id, name in ((quiet, "quiet"), (busy, "busy")):
+        bot.server["channels"].append(text_channel(channel_id, GUILD, name))
+    mention = missed(bot, BOB, busy, f"<@{bot.client.user.id}> first time here", mentions=[BOT])
+    missed(bot, ANN, busy, "just chatting")  # not for the bot
+    bot.server["channels"][-1]["last_message_id"] = mention["id"]
+    await new_session(bot, engine)
+    assert bot.api.texts(busy) == ["You said: first time here"]
+    # Only channels with something newer than what the bot stored are read.
+    assert not bot.api.find("GET", f"/channels/{quiet}/messages")
+    await new_session(bot, engine)
+    assert bot.api.texts(busy) == ["You said: first time here"]  # once

@@ -5,20 +5,24 @@ was down, not when it died between receiving a message and storing it. (A resume
 is different: Discord replays what the session missed, so RESUMED needs nothing here.)
 When a new session starts (READY: after a start, or after a session Discord could not
 resume), the bot reads back the channels and DMs where it talked with members in the last
-CATCH_UP_DAYS, from a little before the newest message it stored there, and handles what
-it finds exactly as if it had just arrived: the same filter (DMs, mentions, replies to the
-bot), the same path. What is stored already is skipped, except a message still held for its
-files (whoever fetched them died): taking it again fetches them. The dedup key
-`discord:msg:<id>` makes a message read twice safe anyway.
+CATCH_UP_DAYS, from a little before the newest message it stored there; and the text
+channels of its servers where it did not talk but that hold messages newer than the newest
+message it stored anywhere (a first mention there), from a little before that one. It
+handles what it finds exactly as if it had just arrived: the same filter (DMs, mentions,
+replies to the bot), the same path. What is stored already is skipped, except a message
+still held for its files (whoever fetched them died): taking it again fetches them. The
+dedup key `discord:msg:<id>` makes a message read twice safe anyway.
 
-What stays out of reach: a channel or DM where the bot never talked before (Discord cannot
-list a bot's DMs), messages older than CATCH_UP_DAYS, and beyond PER_CHANNEL messages in
-one channel.
+What stays out of reach: a DM where the bot never talked before (Discord cannot list a
+bot's DMs), threads where it never talked, channels whose history the bot may not read,
+anything before the bot stored its first message, messages older than CATCH_UP_DAYS, and
+beyond PER_CHANNEL messages in one channel.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -33,7 +37,11 @@ MARGIN = timedelta(minutes=1)  # messages handled side by side may have been sto
 
 
 class Reader(Protocol):
-    """The client as seen from here: fetch a channel, handle a message as it arrives."""
+    """The client as seen from here: its servers, fetch a channel, handle a message as it
+    arrives."""
+
+    @property
+    def guilds(self) -> Sequence[discord.Guild]: ...
 
     def get_channel(self, channel_id: int, /) -> Any: ...
 
@@ -46,6 +54,10 @@ async def catch_up(client: Reader, engine: Engine) -> int:
     """Read back every channel the bot talked in lately; returns how many messages it took."""
     since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
     newest = await engine.seen.newest_per_channel("discord:", since)
+    if newest:  # a first mention in a channel of its servers since the newest it stored
+        latest = max(newest.values())
+        for channel_id in _active_elsewhere(client, latest, set(newest)):
+            newest[channel_id] = latest
     taken = 0
     for channel_id, message_id in newest.items():
         try:
@@ -55,6 +67,24 @@ async def catch_up(client: Reader, engine: Engine) -> int:
     if taken:
         log.info("caught up on %d messages in %d channels", taken, len(newest))
     return taken
+
+
+def _active_elsewhere(client: Reader, latest: int, known: set[str]) -> list[str]:
+    """Text channels of the bot's servers, not among `known`, that it may read and that hold
+    a message newer than a little before `latest` (from the server's own channel list)."""
+    start = discord.utils.snowflake_time(latest) - MARGIN
+    found = []
+    for guild in client.guilds:
+        me = guild.me
+        for channel in guild.text_channels:
+            last = channel.last_message_id
+            if str(channel.id) in known or last is None:
+                continue
+            if discord.utils.snowflake_time(last) < start:
+                continue
+            if me is not None and channel.permissions_for(me).read_message_history:
+                found.append(str(channel.id))
+    return found
 
 
 async def _read_back(client: Reader, engine: Engine, channel_id: int, newest: int) -> int:

@@ -54,7 +54,11 @@ class ChaosDiscord(FakeDiscord):
         self.failed: list[tuple[str, str, int]] = []  # (method, path, status) refused by chaos
 
     def add_history(self, payload: dict[str, Any]) -> None:
-        self.history.setdefault(int(payload["channel_id"]), []).append(payload)
+        channel_id = int(payload["channel_id"])
+        self.history.setdefault(channel_id, []).append(payload)
+        channel = self.channels.get(channel_id)
+        if channel is not None and "guild_id" in channel:  # as the next GUILD_CREATE shows it
+            channel["last_message_id"] = payload["id"]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path.removeprefix("/api/v10")
