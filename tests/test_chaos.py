@@ -13,8 +13,6 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-import pytest
-
 from tests.chaos.campaign import run_campaign
 from tests.chaos.checks import (
     Checker,
@@ -30,17 +28,6 @@ from tests.chaos.process import Generation
 
 SEED = 1
 
-# Violations the campaign finds on main, by invariant, with the finding of issue 8 behind
-# each. The test is an expected failure while every violation is one of these; any other
-# kind fails it. Delete an entry when its fix is merged (and this dict when it is empty).
-# (Findings 2, 3 and 6 are fixed on main: `over_window`, `usage` and the lost shared files
-# are gone from 20 seeds of bench/chaos.py --fast.)
-KNOWN_ON_MAIN = {
-    "lost": "1 (Slack and Discord acknowledge before storing: a SIGKILL or SIGTERM loses it), "
-    "5 (words beside a file are lost when the file's first reply fails: 429 or 500)",
-    "erased_unanswered": "7 (import --replace deletes the member's pending events)",
-}
-
 
 async def test_fast_chaos_seed(pg_url, schema, tmp_path):
     report = await run_campaign(SEED, FAST, pg_url, schema, tmp_path)
@@ -49,11 +36,7 @@ async def test_fast_chaos_seed(pg_url, schema, tmp_path):
     assert counts["slack acked"] >= 10 and counts["discord sent"] >= 3, report.describe()
     assert counts["kills"] + counts["terms"] >= 2, report.describe()
     assert counts["model faults"] >= 1 and counts["imports"] == FAST.imports, report.describe()
-    unknown = [v for v in report.violations if v.kind not in KNOWN_ON_MAIN]
-    assert not unknown, report.describe()
-    if report.violations:
-        found = ", ".join(f"{kind} x{n}" for kind, n in sorted(report.by_kind().items()))
-        pytest.xfail(f"known findings of issue 8: {found}")
+    assert not report.violations, report.describe()
 
 
 # The checks themselves, on records made by hand: each can pass, and each can fail.
