@@ -4,7 +4,9 @@
 the FIFO queue), summary, archival passage and pending event. `parse_export` reads such a
 document into an `Export` (pydantic) or raises `BadExport` naming the place at fault, before
 anything is written. `import_agent` restores an `Export` into an agent, keeping timestamps;
-it refuses to mix into an agent that already has memory unless told to replace it.
+it refuses to mix into an agent that already has memory unless told to replace it, and a
+replacement replaces the memory only: the agent's events (and so what is still owed to the
+member) stay.
 
 The `Export` model is the file format (versioned, and older or hand-made files omit keys),
 not a second model of the tables: it stops at what a file may say.
