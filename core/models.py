@@ -180,6 +180,7 @@ class Passage(Base):
         TSVECTOR, Computed("to_tsvector('english', text)", persisted=True)
     )
     created_at: Mapped[datetime] = mapped_column(TS)
+    event_id: Mapped[int | None] = mapped_column(BigInteger)  # a shared file's event
 
 
 class Event(Base):

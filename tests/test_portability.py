@@ -473,3 +473,20 @@ async def test_a_replacing_import_answers_what_was_acknowledged_before_and_durin
         assert len(replies) == 1 and "Likes kites" in replies[0], replies
         assert "chess" not in replies[0]
     assert await engine.answer(scope, before) == Exchange(before, [], None)  # answered once
+
+
+async def test_a_file_not_yet_answered_keeps_its_text_through_a_replacing_import(
+    engine, members, sessions
+):
+    """The import replaces archival memory too, but not the text of a file whose event it
+    keeps: answered after the import, the file is in memory as its answer says."""
+    scope = await engine.agent("club", "zoe")
+    answered, _ = await engine.store_file(scope, "old.txt", b"The kite is red.", "file:1")
+    await engine.answer(scope, answered)
+    waiting, _ = await engine.store_file(scope, "boat.txt", b"The boat needs sails.", "file:2")
+    await members.admin_import("club", "ops", "zoe", parse_export(MINIMAL), replace=True)
+
+    async with sessions() as session:
+        sources = list(await session.scalars(select(Passage.source).order_by(Passage.id)))
+    assert sources == ["boat.txt (part 1 of 1)"]  # the answered file went with the memory
+    assert (await engine.answer(scope, waiting)).replies  # and this one is answered now

@@ -225,12 +225,14 @@ async def store_document(
     now: datetime,
     embedder: Embedder | None = None,
     batch: int = 64,
+    event_id: int | None = None,
 ) -> int:
-    """Insert the chunks as passages with their source; returns how many."""
+    """Insert the chunks as passages with their source (and the event of the shared file
+    they came with); returns how many."""
     for start in range(0, len(chunks), batch):
         part = chunks[start : start + batch]
         vectors: list[Any] = await embedder.embed(part) if embedder else [None] * len(part)
         for i, (text, vector) in enumerate(zip(part, vectors, strict=True)):
             source = f"{name} (part {start + i + 1} of {len(chunks)})"
-            await store.add_passage(text, now, source=source, embedding=vector)
+            await store.add_passage(text, now, source, vector, event_id)
     return len(chunks)

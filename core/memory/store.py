@@ -24,8 +24,9 @@ from sqlalchemy import Table, delete, event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
+from core.events import EventStatus
 from core.memory.prompt import Entry, counted, render
-from core.models import Agent, Block, Message, Passage, Reply, Summary, Tenant, User
+from core.models import Agent, Block, Event, Message, Passage, Reply, Summary, Tenant, User
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -176,10 +177,20 @@ class AgentStore:
         """Erase the agent's memory: messages, summaries, passages, blocks. Its events stay:
         they are what the member sent and what is owed to them, not memory. A message
         acknowledged but not yet answered (stored before or during a replacing import) is
-        answered afterwards, with the new memory; replies not yet delivered still find their
-        way back; a platform's redelivery of an answered message is still recognised."""
-        for model in (Message, Summary, Passage, Block):
+        answered afterwards, with the new memory, and a file not yet answered keeps its
+        passages for that answer; replies not yet delivered still find their way back; a
+        platform's redelivery of an answered message is still recognised."""
+        for model in (Message, Summary, Block):
             await self.session.execute(delete(model).where(self._mine(model)))
+        unanswered = select(Event.id).where(
+            self._mine(Event), Event.status.in_([EventStatus.PENDING, EventStatus.WAITING])
+        )
+        await self.session.execute(
+            delete(Passage).where(
+                self._mine(Passage),
+                Passage.event_id.is_(None) | Passage.event_id.not_in(unanswered),
+            )
+        )
         await self._changed()
 
     async def forget_exchanges(self) -> None:
@@ -211,7 +222,12 @@ class AgentStore:
         return summary
 
     async def add_passage(
-        self, text: str, now: datetime, source: str | None = None, embedding: Any = None
+        self,
+        text: str,
+        now: datetime,
+        source: str | None = None,
+        embedding: Any = None,
+        event_id: int | None = None,
     ) -> Passage:
         passage = Passage(
             tenant_id=self.scope.tenant_id,
@@ -220,6 +236,7 @@ class AgentStore:
             source=source,
             embedding=embedding,
             created_at=now,
+            event_id=event_id,
         )
         self.session.add(passage)
         await self.session.flush()

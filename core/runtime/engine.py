@@ -232,7 +232,9 @@ class Engine:
             event_id, new = await self._insert_event(session, scope, event)
             if new:
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
-                await store_document(store, name, chunks, self.clock(), self.mind.embedder)
+                await store_document(
+                    store, name, chunks, self.clock(), self.mind.embedder, event_id=event_id
+                )
         return event_id, new
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
