@@ -21,9 +21,9 @@ from tests.chaos.checks import (
     model_violations,
     usage_violations,
 )
-from tests.chaos.faults import FAST
+from tests.chaos.faults import FAST, LONG
 from tests.chaos.model import Call, Ledger, tag
-from tests.chaos.plan import Item, Member
+from tests.chaos.plan import Item, Member, make_plan
 from tests.chaos.process import Generation
 
 SEED = 1
@@ -152,3 +152,14 @@ def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():
     # ... but not when her last finished turn started after those calls.
     db.handled = {ANN_AGENT: [160.0]}
     assert [v.kind for v in usage_violations([run], ledger, db, agent_of)[0]] == ["usage"]
+
+
+def test_plans_never_give_a_member_one_file_id_for_two_files():
+    """On Slack a file id is one file: a member sharing it again shares the same bytes,
+    which the product rightly stores once. A plan must not make that a 'lost' file."""
+    for knobs in (FAST, LONG):
+        for seed in range(1, 21):
+            ids = collections.Counter(
+                (i.member.mid, i.file_id) for i in make_plan(seed, knobs).items if i.file_id
+            )
+            assert max(ids.values(), default=1) == 1, (seed, ids.most_common(1))

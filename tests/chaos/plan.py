@@ -163,12 +163,15 @@ def new_item(
 
 
 def _reuse_file_ids(rng: random.Random, knobs: Knobs, items: list[Item]) -> None:
-    """Some Slack uploads carry a file id another member of the team shared before."""
+    """Some Slack uploads carry a file id another member of the team shared before (never
+    one this member shared: on Slack a file id is one file, the same bytes each time)."""
     shared: dict[str, list[tuple[str, str]]] = {}  # tenant -> [(member, file id)]
     for item in sorted(items, key=lambda i: i.at):
         if item.member.platform != "slack" or item.file_id is None:
             continue
-        earlier = [f for m, f in shared.get(item.member.tenant, []) if m != item.member.mid]
+        team = shared.get(item.member.tenant, [])
+        mine = {f for m, f in team if m == item.member.mid}
+        earlier = [f for m, f in team if m != item.member.mid and f not in mine]
         if earlier and rng.random() < knobs.p_reused_file:
             item.file_id = rng.choice(earlier)
         shared.setdefault(item.member.tenant, []).append((item.member.mid, item.file_id))
