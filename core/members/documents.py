@@ -224,8 +224,8 @@ async def store_document(
     chunks: list[str],
     now: datetime,
     embedder: Embedder | None = None,
-    batch: int = 64,
     event_id: int | None = None,
+    batch: int = 64,
 ) -> int:
     """Insert the chunks as passages with their source (and the event of the shared file
     they came with); returns how many."""

@@ -79,17 +79,14 @@ class Exchange:
     result: TurnResult | None  # None when another process handled the event
 
 
+def _mine(scope: Scope) -> Any:
+    """The agent's own events."""
+    return (Event.tenant_id == scope.tenant_id) & (Event.agent_id == scope.agent_id)
+
+
 def _pending(scope: Scope, what: Any) -> Any:
     """A query for one of the agent's pending events."""
-    return (
-        select(what)
-        .where(
-            Event.tenant_id == scope.tenant_id,
-            Event.agent_id == scope.agent_id,
-            Event.status == EventStatus.PENDING,
-        )
-        .limit(1)
-    )
+    return select(what).where(_mine(scope), Event.status == EventStatus.PENDING).limit(1)
 
 
 class Engine:
@@ -108,9 +105,7 @@ class Engine:
         self.outbox = Outbox(sessions, clock)
         self.activity = Activity()
         self.seen = Seen(sessions)
-        # Turns hold a connection each: at most this many at once, and one waiter per agent
-        # (core/runtime/gate.py), so storing events and health checks always find one.
-        self.gate = TurnGate(turns_at_once)
+        self.gate = TurnGate(turns_at_once)  # who may take a connection for a turn, when
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""
@@ -144,11 +139,7 @@ class Engine:
         if new_id is not None:
             return int(new_id), True
         existing = await session.scalar(
-            select(Event.id).where(
-                Event.tenant_id == scope.tenant_id,
-                Event.agent_id == scope.agent_id,
-                Event.dedup_key == event.dedup_key,
-            )
+            select(Event.id).where(_mine(scope), Event.dedup_key == event.dedup_key)
         )
         if existing is None:  # the key's row exists but is not this agent's: cannot happen
             raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
@@ -170,12 +161,7 @@ class Engine:
             await enter_scope(session, scope)
             event = await session.scalar(
                 select(Event)
-                .where(
-                    Event.id == event_id,
-                    Event.tenant_id == scope.tenant_id,
-                    Event.agent_id == scope.agent_id,
-                    Event.status == EventStatus.WAITING,
-                )
+                .where(_mine(scope), Event.id == event_id, Event.status == EventStatus.WAITING)
                 .with_for_update()
             )
             if event is not None:
@@ -232,9 +218,8 @@ class Engine:
             event_id, new = await self._insert_event(session, scope, event)
             if new:
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
-                await store_document(
-                    store, name, chunks, self.clock(), self.mind.embedder, event_id=event_id
-                )
+                now, embedder = self.clock(), self.mind.embedder
+                await store_document(store, name, chunks, now, embedder, event_id)
         return event_id, new
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
