@@ -27,6 +27,7 @@ from core.members.access import Access
 from core.members.community import Community
 from core.members.reembed import adopt_dimension
 from core.members.service import Members
+from core.members.tenancy import Tenancy
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
@@ -43,6 +44,7 @@ class App:
     members: Members  # what members, admins and operators do with memory (audited)
     community: Community  # a tenant at a glance, for its admins
     access: Access  # sign-in links and sessions of the memory inspector
+    tenancy: Tenancy  # communities arriving, leaving, erased
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
@@ -112,6 +114,7 @@ async def open_app(
                 members,
                 community,
                 access,
+                Tenancy(sessions, engine.clock),
                 embedder,
                 held_dim,
                 metrics,

@@ -4,6 +4,7 @@
     companion export --tenant T --user U [--output FILE]
     companion import FILE [--tenant T --user U] [--replace]
     companion reset --tenant T --user U [--yes]
+    companion tenant erase TENANT [--yes]
     companion reembed [--dim N] [--missing]
     companion run
     companion web
@@ -104,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     reset.add_argument("--tenant", required=True, help="e.g. local, slack:<team id>")
     reset.add_argument("--user", required=True, help="the platform user id")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    tenant = commands.add_parser("tenant", help="a whole community (tenant)")
+    tenant_cmd = tenant.add_subparsers(dest="tenant_command", required=True, metavar="erase")
+    erase = tenant_cmd.add_parser("erase", help="erase every member's memory in a community")
+    erase.add_argument("tenant", help="e.g. slack:<team id>, discord:<guild id>")
+    erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
     commands.add_parser("web", help="serve the memory inspector (and health checks) alone")
@@ -220,6 +227,24 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _tenant(app: App, args: argparse.Namespace) -> int:
+    members = await app.tenancy.members(args.tenant)
+    if members is None:
+        print(f"nothing to erase: no tenant {args.tenant}", file=sys.stderr)
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("tenant erase erases memory for good: pass --yes to confirm")
+        question = f"Erase ALL memory of {members} members of {args.tenant}? Type yes: "
+        if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
+            print("not erased", file=sys.stderr)
+            return 1
+    erased = await app.tenancy.erase(args.tenant, _operator())
+    assert erased is not None
+    print(f"erased all memory of {erased.members} members of {args.tenant}", file=sys.stderr)
+    return 0
+
+
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     if app.embedder is None:
         raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
@@ -299,6 +324,7 @@ COMMANDS = {
     "export": _export,
     "import": _import,
     "reset": _reset,
+    "tenant": _tenant,
     "reembed": _reembed,
     "usage": _usage,
 }

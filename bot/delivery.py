@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from bot.settings import Settings
+from bot.app import App
 from core.errors import NoPlatform
 from core.ports import Send
 
@@ -50,8 +50,9 @@ class Router:
 
 
 @asynccontextmanager
-async def rest_router(settings: Settings) -> AsyncIterator[Router]:
+async def rest_router(app: App) -> AsyncIterator[Router]:
     """DM senders over the platforms' REST APIs only (no gateway, no socket): for `tick`."""
+    settings = app.settings
     router = Router()
     async with AsyncExitStack() as stack:
         if settings.discord_token:
@@ -66,15 +67,23 @@ async def rest_router(settings: Settings) -> AsyncIterator[Router]:
             await client.login(settings.discord_token)
             stack.push_async_callback(client.close)
             router.add("discord", discord_dm(client), discord_reply(client))
-        if settings.slack_bot_token:
+        if settings.slack:
             from slack_sdk.web.async_client import AsyncWebClient
 
+            from adapters.slack.events import Clients, one_workspace
             from adapters.slack.events import dm_sender as slack_dm
             from adapters.slack.events import reply_sender as slack_reply
 
-            web = AsyncWebClient(
-                token=settings.slack_bot_token,
-                base_url=settings.slack_api_url or AsyncWebClient.BASE_URL,
-            )
-            router.add("slack", slack_dm(web), slack_reply(web))
+            clients: Clients
+            if settings.slack_oauth:
+                from bot.platforms import slack_distribution
+
+                clients = slack_distribution(app).workspaces.client
+            else:
+                web = AsyncWebClient(
+                    token=settings.slack_bot_token,
+                    base_url=settings.slack_api_url or AsyncWebClient.BASE_URL,
+                )
+                clients = one_workspace(web)
+            router.add("slack", slack_dm(clients), slack_reply(clients))
         yield router

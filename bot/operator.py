@@ -41,7 +41,7 @@ async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
 
 
 async def run_tick(app: App, now: datetime) -> str:
-    async with rest_router(app.settings) as router:
+    async with rest_router(app) as router:
         report = await tick(app.engine, now, router)
     return tick_summary(report, now)
 

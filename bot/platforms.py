@@ -1,6 +1,7 @@
 """The platforms `companion run` serves, each entered as a context manager.
 
-    slack_running     Bolt app: Socket Mode (SLACK_APP_TOKEN) or HTTP mode on the shared server
+    slack_running     Bolt app: Socket Mode (SLACK_APP_TOKEN) or HTTP mode on the shared server;
+                      with SLACK_CLIENT_ID, any workspace (HTTP mode and the install pages)
     discord_running   discord.py client over the gateway
 
 Credentials are checked first, once: a refused token stops the start with one line that
@@ -16,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -25,6 +26,9 @@ from bot.app import App
 from bot.delivery import Router
 from bot.health import Health
 from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from adapters.slack.oauth import Distribution
 
 log = logging.getLogger(__name__)
 FIRST_TRY_SECONDS = 15  # the check at start; after it, retries go on in the background
@@ -122,6 +126,22 @@ async def _slack_identity(client: Any, where: str) -> str:
     )
 
 
+def slack_distribution(app: App) -> Distribution:
+    """The install flow for any workspace (SLACK_CLIENT_ID), its stores in the app's database."""
+    from adapters.slack.oauth import distribution
+
+    settings = app.settings
+    assert settings.slack_client_id and settings.slack_client_secret
+    return distribution(
+        settings.slack_client_id,
+        settings.slack_client_secret,
+        settings.base_url,
+        app.sessions.kw["bind"],  # the AsyncEngine the sessions are bound to
+        app.tenancy,
+        settings.slack_api_url,
+    )
+
+
 @asynccontextmanager
 async def slack_running(
     app: App,
@@ -134,37 +154,47 @@ async def slack_running(
     """Slack, until the block ends. `serve_http(bolt_app)` serves HTTP mode's events; Web API
     calls go over `connections` (kept alive; the caller closes them after the last reply)."""
     from adapters.slack import build_slack_app
-    from adapters.slack.events import dm_sender as slack_dm
-    from adapters.slack.events import finish_held
-    from adapters.slack.events import reply_sender as slack_reply
+    from adapters.slack.events import dm_sender, finish_held, one_workspace, reply_sender
 
     settings = app.settings
-    assert settings.slack_bot_token
+    oauth = slack_distribution(app) if settings.slack_oauth else None
     slack = build_slack_app(
         services,
         settings.slack_bot_token,
         settings.slack_signing_secret,
         settings.slack_api_url,
         connections,
+        oauth,
     )
-    router.add("slack", slack_dm(slack.client), slack_reply(slack.client))
+    clients = oauth.workspaces.client if oauth else one_workspace(slack.client)
+    router.add("slack", dm_sender(clients), reply_sender(clients))
 
     def report(state: str, detail: str) -> None:
         health.report("Slack", state, detail)
 
     api = settings.slack_api_url or "https://slack.com/api/"
-    work = finish_held(services, slack.client, settings.slack_bot_token)
+    work = finish_held(services, clients)
     app.engine.activity.start(work, "Slack: messages held for their files")
     if settings.slack_app_token:
         report("starting", f"connecting to {api} in Socket Mode")
         async with _socket_mode(slack, settings.slack_app_token, report):
             yield
         return
-    where = f"HTTP mode, events at http://{settings.http_host}:{settings.http_port}/slack/events"
+    events = f"events at http://{settings.http_host}:{settings.http_port}/slack/events"
+    if oauth:  # no token of its own to check: each workspace's comes with its installation
+        installed = await oauth.installations.count()
+        report(
+            "connected",
+            f"any workspace, {installed} installed so far; install at "
+            f"{settings.base_url}/slack/install, {events}",
+        )
+        async with serve_http(slack):
+            yield
+        return
     report("starting", f"checking SLACK_BOT_TOKEN at {api}")
 
     async def identity() -> str:
-        return await _slack_identity(slack.client, where)
+        return await _slack_identity(slack.client, f"HTTP mode, {events}")
 
     task = await _connect(identity, report, f"Slack at {api}", UNREACHABLE)
     try:

@@ -1,15 +1,17 @@
 """`companion run`: every configured platform and the scheduler, in one process.
 
     Discord   when DISCORD_TOKEN is set
-    Slack     when SLACK_BOT_TOKEN is set: Socket Mode with SLACK_APP_TOKEN, otherwise HTTP
-              mode with SLACK_SIGNING_SECRET on COMPANION_HTTP_HOST:COMPANION_HTTP_PORT
-              at /slack/events
+    Slack     when SLACK_BOT_TOKEN is set (one workspace): Socket Mode with SLACK_APP_TOKEN,
+              otherwise HTTP mode with SLACK_SIGNING_SECRET on
+              COMPANION_HTTP_HOST:COMPANION_HTTP_PORT at /slack/events; when SLACK_CLIENT_ID
+              is set (any workspace that installs the app at /slack/install): HTTP mode
     HTTP      /healthz, /readyz, /metrics and the memory inspector (bot/web) on
               COMPANION_HTTP_HOST:COMPANION_HTTP_PORT (the same server as Slack's HTTP mode,
               when that runs)
     scheduler APScheduler ticks every minute: openers and upkeep that are due (claimed in
               Postgres, so several processes share the work), replies that failed to go out
-              (retried until delivered), and pending events left by a crashed process
+              (retried until delivered), and pending events left by a crashed process; every
+              hour, communities that removed the bot more than 30 days ago are erased
 
 Slack hears "received" only for an event already stored (see adapters/slack). Right after
 start, beside the new events, the bot finishes what a previous process left behind: its
@@ -49,6 +51,7 @@ STORE_GRACE_SECONDS = 10  # requests in flight only store their event: seconds a
 RESUME_EVERY_SECONDS = 60
 RESUME_AT_ONCE = 4  # agents whose backlog is worked off side by side after a start
 TICK_SECONDS = 60
+RETENTION_SECONDS = 3600  # communities whose grace period is over are erased within the hour
 REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; then we retry
 
 
@@ -87,6 +90,16 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
         max_instances=1,
         coalesce=True,
     )
+
+    async def retention() -> None:
+        for erased in await app.tenancy.erase_departed():
+            log.info(
+                "erased %s (%d members): its grace period is over", erased.tenant, erased.members
+            )
+
+    scheduler.add_job(
+        retention, "interval", seconds=RETENTION_SECONDS, id="retention", max_instances=1
+    )
     scheduler.add_job(
         app.engine.resume,
         "interval",
@@ -122,7 +135,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         routes = http_routes(bolt.web_app(path="/slack/events"), app, health)
         return serving(routes, host, port, grace=STORE_GRACE_SECONDS)
 
-    slack_http = bool(settings.slack_bot_token and not settings.slack_app_token)
+    slack_http = settings.slack_over_http
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
@@ -135,7 +148,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             if not slack_http:  # otherwise the routes go on Slack's server
                 web_app = http_routes(web.Application(), app, health)
                 await inlets.enter_async_context(serving(web_app, host, port))
-            if settings.slack_bot_token:
+            if settings.slack:
                 await inlets.enter_async_context(
                     slack_running(app, services, router, health, serve_slack, connections)
                 )

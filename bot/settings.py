@@ -137,9 +137,11 @@ class Settings:
     discord_api_url: str | None = None
     discord_gateway_url: str | None = None
     discord_home_guild: int | None = None
-    slack_bot_token: str | None = None
+    slack_bot_token: str | None = None  # one workspace; else SLACK_CLIENT_ID: any workspace
     slack_app_token: str | None = None
     slack_signing_secret: str | None = None
+    slack_client_id: str | None = None  # the OAuth install flow (distribution)
+    slack_client_secret: str | None = None
     slack_api_url: str | None = None
     http_host: str = "0.0.0.0"
     http_port: int = 3000
@@ -177,6 +179,8 @@ class Settings:
             slack_bot_token=_text(env, "SLACK_BOT_TOKEN"),
             slack_app_token=_text(env, "SLACK_APP_TOKEN"),
             slack_signing_secret=_text(env, "SLACK_SIGNING_SECRET"),
+            slack_client_id=_text(env, "SLACK_CLIENT_ID"),
+            slack_client_secret=_text(env, "SLACK_CLIENT_SECRET"),
             slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
             http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
             http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
@@ -217,12 +221,43 @@ class Settings:
         """What the chat model's tokens cost, if the price table knows it."""
         return price_for(self.model, self.prices) if self.model else None
 
+    @property
+    def slack_oauth(self) -> bool:
+        """Slack in any workspace that installs the app (OAuth), each with its own token."""
+        return bool(self.slack_client_id and not self.slack_bot_token)
+
+    @property
+    def slack(self) -> bool:
+        return bool(self.slack_bot_token or self.slack_oauth)
+
+    @property
+    def slack_over_http(self) -> bool:
+        """Slack's events on the HTTP server (HTTP mode; always with the install flow)."""
+        return self.slack and not self.slack_app_token
+
     def require_platform(self) -> None:
         """At least one platform, completely configured, or one line saying what to set."""
-        if not self.discord_token and not self.slack_bot_token:
+        if not self.discord_token and not self.slack:
             raise ConfigError(
                 "nothing to run: set DISCORD_TOKEN for Discord, and/or SLACK_BOT_TOKEN with "
-                "SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode) for Slack"
+                "SLACK_APP_TOKEN (Socket Mode) or SLACK_SIGNING_SECRET (HTTP mode) for Slack "
+                "in one workspace, or SLACK_CLIENT_ID, SLACK_CLIENT_SECRET and "
+                "SLACK_SIGNING_SECRET for any workspace that installs the app"
+            )
+        if self.slack_bot_token and self.slack_client_id:
+            raise ConfigError(
+                "set either SLACK_BOT_TOKEN (one workspace) or SLACK_CLIENT_ID and "
+                "SLACK_CLIENT_SECRET (any workspace, installed at /slack/install), not both"
+            )
+        if self.slack_oauth and not (self.slack_client_secret and self.slack_signing_secret):
+            raise ConfigError(
+                "SLACK_CLIENT_ID needs SLACK_CLIENT_SECRET and SLACK_SIGNING_SECRET (Basic "
+                "Information > App Credentials) for the install flow at /slack/install"
+            )
+        if self.slack_oauth and self.slack_app_token:
+            raise ConfigError(
+                "SLACK_CLIENT_ID (any workspace) takes events over HTTP at /slack/events: "
+                "unset SLACK_APP_TOKEN"
             )
         if self.slack_bot_token and not (self.slack_app_token or self.slack_signing_secret):
             raise ConfigError(

@@ -11,6 +11,7 @@
     ├── ContextTooSmall        the fixed part of the prompt cannot fit the context window
     ├── AgentNotFound          no agent for that (tenant, user)
     ├── NoPlatform             no platform is configured for a tenant: its messages wait
+    │   └── NotInstalled       the platform has no installation for that community (any more)
     └── Refused                bad input from a person: the message says why, nothing changed
         ├── EventTooLarge      a message over the size limit
         ├── UploadRejected     a file of the wrong type or size, or unreadable
@@ -91,6 +92,15 @@ class NoPlatform(CompanionError):
 
     def __init__(self, tenant: str) -> None:
         super().__init__(f"no platform configured for tenant {tenant!r}")
+        self.tenant = tenant
+
+
+class NotInstalled(NoPlatform):
+    """The platform serves many communities, but this one has not installed the app (or
+    removed it): nothing can be sent there."""
+
+    def __init__(self, tenant: str) -> None:
+        CompanionError.__init__(self, f"the app is not installed in {tenant!r}")
         self.tenant = tenant
 
 

@@ -12,6 +12,8 @@ Every row that belongs to a member carries `tenant_id` and `agent_id`; queries f
                               └─< usage         tokens spent per day (budgets)
     tenants ─< audit_log                        admin actions on member data
     web_sessions                                browsers signed in to the memory inspector
+    slack_installations, slack_bots,            slack_sdk's own tables (a bot token per
+    slack_oauth_states                          workspace); made by a migration, no ORM class
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class Tenant(Base):
     key: Mapped[str] = mapped_column(String, unique=True)
     settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
+    # When the platform removed the bot (a Slack workspace uninstalled the app): its memory
+    # is erased once the grace period has passed (core.members.tenancy).
+    departed_at: Mapped[datetime | None] = mapped_column(TS)
 
 
 class User(Base):

@@ -11,11 +11,20 @@ It also serves file downloads (`url_private_download`), takes file
 uploads (files_upload_v2) and response_url posts. `signed(body, secret)` builds the
 headers Slack would send with an Events API or slash-command request. `settle()` waits for
 the work the app runs after acknowledging a request (the turn, the answer, a command's work).
+
+Workspaces and tokens: every call is recorded with the bot token it carried (`token_of`).
+`xoxb-test` is the token of workspace TEAM. For the OAuth install flow, `grant(team)` is
+what Slack does when someone approves the install: it returns the code that
+`oauth.v2.access` (checked against CLIENT_ID / CLIENT_SECRET and the redirect URI) turns
+into a new bot token of that workspace, a rotating one with `expires_in`. A rotating token
+past its time answers `token_expired`, and `oauth.v2.access` with grant_type=refresh_token
+gives the next one. `auth.test` answers for the workspace of the token it was called with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
@@ -28,6 +37,8 @@ from aiohttp import web
 
 BOT_USER = "UBOT"
 TEAM = "T0001"
+CLIENT_ID = "1111.2222"
+CLIENT_SECRET = "client-secret"
 
 
 def signed(body: str, secret: str, timestamp: int | None = None) -> dict[str, str]:
@@ -74,6 +85,14 @@ class FakeSlack:
         self._runner: web.AppRunner | None = None
         self.root = ""
         self._ts = 1000
+        self.tokens: list[str | None] = []  # the bot token of each call in `calls`
+        self.teams: dict[str, str] = {"xoxb-test": TEAM}  # bot token -> its workspace
+        self.expiry: dict[str, float] = {}  # rotating token -> when it stops working
+        self.refresh: dict[str, str] = {}  # refresh token -> its workspace
+        self.codes: dict[str, tuple[str, int | None]] = {}  # code -> workspace, expires_in
+        self.redirect_uri: str | None = None  # what oauth.v2.access must be sent, when set
+        self._minted = 0
+        self.rotation_seconds = 43200  # the lifetime of a refreshed token
 
     @property
     def base_url(self) -> str:
@@ -81,6 +100,55 @@ class FakeSlack:
 
     def called(self, method: str) -> list[dict[str, Any]]:
         return [args for name, args in self.calls if name == method]
+
+    def token_of(self, method: str) -> list[str | None]:
+        """The bot token each call of `method` carried, in order."""
+        return [t for (name, _), t in zip(self.calls, self.tokens, strict=True) if name == method]
+
+    def grant(self, team: str, expires_in: int | None = None) -> str:
+        """Someone approved the install in `team`: the code Slack sends to the redirect URI.
+        With `expires_in`, the workspace gets rotating tokens (token rotation on)."""
+        code = f"code-{team}-{len(self.codes)}"
+        self.codes[code] = (team, expires_in)
+        return code
+
+    def _mint(self, team: str, expires_in: int | None) -> dict[str, Any]:
+        self._minted += 1
+        token = f"xoxb-{team}-{self._minted}"
+        self.teams[token] = team
+        answer: dict[str, Any] = {
+            "access_token": token,
+            "token_type": "bot",
+            "scope": "chat:write,im:history",
+            "bot_user_id": f"UBOT{team}",
+            "app_id": "A1",
+            "team": {"id": team, "name": f"Workspace {team}"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "authed_user": {"id": f"UINSTALLER{team}"},
+        }
+        if expires_in is not None:
+            refresh = f"xoxe-1-{team}-{self._minted}"
+            self.expiry[token] = time.time() + expires_in
+            self.refresh[refresh] = team
+            answer.update(expires_in=expires_in, refresh_token=refresh)
+        return answer
+
+    def _oauth(self, request: web.Request, args: dict[str, Any]) -> dict[str, Any]:
+        basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if request.headers.get("Authorization") != f"Basic {basic}":
+            return {"ok": False, "error": "invalid_client_id"}
+        if args.get("grant_type") == "refresh_token":
+            team = self.refresh.get(args.get("refresh_token", ""))
+            if team is None:
+                return {"ok": False, "error": "invalid_refresh_token"}
+            return {"ok": True, **self._mint(team, self.rotation_seconds)}
+        found = self.codes.pop(args.get("code", ""), None)
+        if found is None:
+            return {"ok": False, "error": "invalid_code"}
+        if self.redirect_uri and args.get("redirect_uri") != self.redirect_uri:
+            return {"ok": False, "error": "bad_redirect_uri"}
+        return {"ok": True, **self._mint(*found)}
 
     def fail_once(self, method: str, error: str, times: int = 1) -> None:
         """The next `times` calls of `method` answer `{"ok": false, "error": error}`."""
@@ -106,21 +174,31 @@ class FakeSlack:
         else:
             args = dict(parse_qsl(await request.text()))
         args = {**dict(request.query), **args}
+        bearer = request.headers.get("Authorization", "")
+        token = bearer.removeprefix("Bearer ") if bearer.startswith("Bearer ") else None
         self.calls.append((method, args))
+        self.tokens.append(token)
         if self.on_call is not None:
             await self.on_call(method, args)
         if self.latency:
             await asyncio.sleep(self.latency)
+        if method == "oauth.v2.access":
+            return web.json_response(self._oauth(request, args))
+        if token in self.expiry and self.expiry[token] < time.time():
+            return web.json_response({"ok": False, "error": "token_expired"})
         if self.failures.get(method):
             return web.json_response({"ok": False, "error": self.failures[method].pop(0)})
         if method in self.fail_methods:
             return web.json_response({"ok": False, "error": self.fail_methods[method]})
-        return web.json_response({"ok": True, **self._answer(method, args)})
+        return web.json_response({"ok": True, **self._answer(method, args, token)})
 
-    def _answer(self, method: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _answer(self, method: str, args: dict[str, Any], token: str | None) -> dict[str, Any]:
         self._ts += 1
         if method == "auth.test":
-            return {"user_id": BOT_USER, "bot_id": "BBOT", "team_id": TEAM, "user": "companion"}
+            team = self.teams.get(token or "", TEAM)
+            if team == TEAM:
+                return {"user_id": BOT_USER, "bot_id": "BBOT", "team_id": TEAM, "user": "companion"}
+            return {"user_id": f"UBOT{team}", "bot_id": f"BBOT{team}", "team_id": team}
         if method == "users.info":
             user = self.users.get(args.get("user", ""))
             return {"user": user} if user else {"ok": False, "error": "user_not_found"}
@@ -159,7 +237,8 @@ class FakeSlack:
 
     async def _download(self, request: web.Request) -> web.Response:
         self.calls.append(("download", {"auth": request.headers.get("Authorization", "")}))
-        if request.headers.get("Authorization") != "Bearer xoxb-test":
+        bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        if bearer not in self.teams:
             return web.Response(status=403)
         return web.Response(body=self.files[request.match_info["name"]])
 

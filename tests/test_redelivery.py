@@ -7,7 +7,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import select
 
 from adapters.common import Services
-from adapters.slack.events import dm_sender, reply_sender
+from adapters.slack.events import dm_sender, one_workspace, reply_sender
 from bot.delivery import Router
 from core.models import Reply
 from tests.rigs import slack_envelope, slack_message, slack_rig
@@ -18,7 +18,7 @@ async def slack(engine, members):
     async with slack_rig(Services(engine, members), users=("U1",)) as rig:
         web = AsyncWebClient(token="xoxb-test", base_url=rig.api.base_url)
         router = Router()
-        router.add("slack", dm_sender(web), reply_sender(web))
+        router.add("slack", dm_sender(one_workspace(web)), reply_sender(one_workspace(web)))
         yield rig, router
 
 

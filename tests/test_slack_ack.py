@@ -23,7 +23,13 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from adapters.common import Services
 from adapters.inbound import FILE_FAILED, take
 from adapters.slack import build_slack_app
-from adapters.slack.events import dm_sender, finish_held, read_message, reply_sender
+from adapters.slack.events import (
+    dm_sender,
+    finish_held,
+    one_workspace,
+    read_message,
+    reply_sender,
+)
 from bot.database import make_engine, migrate
 from bot.delivery import Router
 from core.config import EngineConfig
@@ -217,7 +223,8 @@ async def test_words_beside_a_file_survive_a_rate_limited_reply(app, api, engine
         waiting = (await session.scalars(select(Reply).where(Reply.delivered_at.is_(None)))).all()
     assert [reply.attempts for reply in waiting] == [1]  # the file's reply, kept for a retry
     router = Router()
-    router.add("slack", dm_sender(app.client), reply_sender(app.client))
+    clients = one_workspace(app.client)
+    router.add("slack", dm_sender(clients), reply_sender(clients))
     clock.advance(seconds=1)
     assert await engine.outbox.redeliver(timedelta(0), router) == (1, 0)
     assert api.called("chat.postMessage")[-1]["channel"] == "D1"
@@ -301,7 +308,7 @@ async def test_a_message_held_for_its_files_is_finished_after_a_restart(app, api
     await take(engine, scope, message_.event(), has_files=True)  # ... and then it died
 
     services = Services(engine, Members(engine.sessions, EngineConfig(), engine.clock))
-    await finish_held(services, app.client, "xoxb-test")  # the next start
+    await finish_held(services, one_workspace(app.client))  # the next start
     assert texts(api)[-1] == "You said: what is in my notes?"
     assert "notes.md" in json.dumps(last(fake.chat_requests[0]))  # the file first
     assert await engine.seen.held("slack:") == []

@@ -7,12 +7,17 @@ member's time zone, a :thinking_face: reaction while the agent works, the shared
 the turn, the answer in the same place (the DM, or the thread of the message). Redelivered
 events (Slack's retries) are stored and answered once: the dedup key is the channel and
 message timestamp.
+
+Every call goes out with the token of the workspace the event came from: the listener's
+`client` carries it (one SLACK_BOT_TOKEN, or the workspace's installation, see oauth.py).
+Outside a request, `Clients` gives a tenant's client.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -37,6 +42,18 @@ SLACK_TEXT_LIMIT = 3000  # a section block's text limit
 THINKING = "thinking_face"
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=60)
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
+
+
+Clients = Callable[[str], Awaitable[AsyncWebClient]]  # tenant -> its workspace's Web API client
+
+
+def one_workspace(client: AsyncWebClient) -> Clients:
+    """SLACK_BOT_TOKEN: every tenant is the one workspace that token belongs to."""
+
+    async def same(tenant: str) -> AsyncWebClient:
+        return client
+
+    return same
 
 
 def tenant_key(team_id: str) -> str:
@@ -66,28 +83,30 @@ def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
     return send
 
 
-def dm_sender(client: AsyncWebClient):
+def dm_sender(clients: Clients):
     """Messages the bot starts (openers): a DM to the member."""
 
     async def send(tenant: str, user: str, text: str) -> None:
+        client = await clients(tenant)
         dm = await client.conversations_open(users=user)
         await sender(client, dm["channel"]["id"], None)(text)
 
     return send
 
 
-def reply_sender(client: AsyncWebClient):
+def reply_sender(clients: Clients):
     """For retries: the send function of an event's replies, from the event's meta."""
-    dm = dm_sender(client)
+    dm = dm_sender(clients)
 
     def route(tenant: str, user: str, meta: dict[str, Any]):
-        if meta.get("channel"):
-            return sender(client, meta["channel"], meta.get("thread_ts"))
+        async def send(text: str) -> None:
+            if not meta.get("channel"):
+                await dm(tenant, user, text)
+                return
+            client = await clients(tenant)
+            await sender(client, meta["channel"], meta.get("thread_ts"))(text)
 
-        async def to_dm(text: str) -> None:
-            await dm(tenant, user, text)
-
-        return to_dm
+        return send
 
     return route
 
@@ -129,6 +148,7 @@ class SlackMessage:
     """What the adapter needs of one message event, read from its payload."""
 
     tenant: str
+    team: str
     user: str
     channel: str
     ts: str
@@ -140,7 +160,12 @@ class SlackMessage:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return {"channel": self.channel, "thread_ts": self.thread_ts, "slack_files": self.refs}
+        return {
+            "team": self.team,
+            "channel": self.channel,
+            "thread_ts": self.thread_ts,
+            "slack_files": self.refs,
+        }
 
     def event(self) -> InboundEvent:
         return message_event(self.words, message_key(self.channel, self.ts), self.meta, self.files)
@@ -174,8 +199,10 @@ def read_message(body: dict[str, Any], event: dict[str, Any], token: str, bot: s
     words = re.sub(rf"<@{bot}>", "", event.get("text") or "").strip()
     if not words and not files and f"<@{bot}>" in (event.get("text") or ""):
         words = "(calls you without saying anything)"  # a bare mention
-    tenant = tenant_of(body, event)
-    return SlackMessage(tenant, event["user"], channel, ts, thread_ts, words, files, refs)
+    team = body.get("team_id") or event.get("team") or ""
+    return SlackMessage(
+        tenant_key(team), team, event["user"], channel, ts, thread_ts, words, files, refs
+    )
 
 
 async def handle_message(
@@ -213,7 +240,7 @@ async def answer(
         await _react(client, False, message.channel, message.ts)
 
 
-async def finish_held(services: Services, client: AsyncWebClient, token: str) -> None:
+async def finish_held(services: Services, clients: Clients) -> None:
     """At start: messages still held for their files, whose fetcher died with its process.
     Their files are fetched again (Slack keeps them), then the words are answered."""
     engine = services.engine
@@ -221,8 +248,9 @@ async def finish_held(services: Services, client: AsyncWebClient, token: str) ->
         if not meta.get("channel"):
             continue
         where = {"channel": meta["channel"], "thread_ts": meta.get("thread_ts")}
-        files = shared_files(meta.get("slack_files") or [], where, token)
         try:
+            client = await clients(tenant_key(meta.get("team") or ""))
+            files = shared_files(meta.get("slack_files") or [], where, client.token or "")
             await follow_up(engine, scope, event_id, files, sender(client, **where))
         except Exception:
             log.warning(
@@ -243,7 +271,7 @@ async def in_its_thread(services: Services, event: dict[str, Any], bot: str) -> 
     return parent == event["user"] and await services.engine.seen.stored(called)
 
 
-def register_events(app: AsyncApp, services: Services, token: str) -> None:
+def register_events(app: AsyncApp, services: Services) -> None:
     async def bot_user_id(context: Any) -> str:
         return str(context.get("bot_user_id") or "")
 
@@ -255,7 +283,8 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
             return
         bot = await bot_user_id(context)
         if event.get("channel_type") == "im" or await in_its_thread(services, event, bot):
-            await handle_message(services, client, body, read_message(body, event, token, bot))
+            message = read_message(body, event, client.token or "", bot)
+            await handle_message(services, client, body, message)
 
     @app.event("app_mention")
     async def on_mention(
@@ -265,7 +294,8 @@ def register_events(app: AsyncApp, services: Services, token: str) -> None:
             return
         event = {**event, "channel_type": event.get("channel_type", "channel")}
         bot = await bot_user_id(context)
-        await handle_message(services, client, body, read_message(body, event, token, bot))
+        message = read_message(body, event, client.token or "", bot)
+        await handle_message(services, client, body, message)
 
     @app.event("team_join")
     async def on_join(body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient) -> None:

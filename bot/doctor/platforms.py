@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from bot.doctor.results import TIMEOUT, Result, fail, ok
+from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
 from bot.observability import redact
 from bot.settings import Settings
@@ -15,7 +15,7 @@ SLACK_URL = "https://slack.com/api/"
 
 
 async def check_platforms(settings: Settings) -> list[Result]:
-    if not settings.slack_bot_token and not settings.discord_token:
+    if not settings.slack and not settings.discord_token:
         return [
             ok(
                 "platforms: none configured: `companion chat` works; `companion run` needs "
@@ -30,6 +30,8 @@ async def check_slack(settings: Settings) -> list[Result]:
     from slack_sdk.web.async_client import AsyncWebClient
 
     token = settings.slack_bot_token
+    if settings.slack_oauth:
+        return [check_slack_oauth(settings)]
     if not token:
         return []
     where = settings.slack_api_url or SLACK_URL
@@ -110,3 +112,27 @@ async def check_discord(settings: Settings) -> list[Result]:
         return [fail(f"Discord: cannot reach {where} ({_why(error)}); check DISCORD_API_URL")]
     finally:
         await client.close()
+
+
+def check_slack_oauth(settings: Settings) -> Result:
+    """Any workspace: each token comes with its installation; what can be checked is the
+    set of credentials and where Slack sends installers back."""
+    missing = [
+        name
+        for name, value in (
+            ("SLACK_CLIENT_SECRET", settings.slack_client_secret),
+            ("SLACK_SIGNING_SECRET", settings.slack_signing_secret),
+        )
+        if not value
+    ]
+    if missing:
+        return fail(f"Slack: SLACK_CLIENT_ID needs {' and '.join(missing)} (Basic Information)")
+    if not settings.public_url:
+        return warn(
+            f"Slack: any workspace, but Slack sends installers back to {settings.base_url}"
+            "/slack/oauth_redirect: set COMPANION_PUBLIC_URL to the address Slack can reach"
+        )
+    return ok(
+        f"Slack: any workspace installs the app at {settings.base_url}/slack/install "
+        f"(Redirect URL {settings.base_url}/slack/oauth_redirect)"
+    )

@@ -118,6 +118,7 @@ class Outbox:
                         Reply.attempts < MAX_DELIVERY_ATTEMPTS,
                         Reply.created_at < cutoff,
                         Tenant.key != "local",
+                        Tenant.departed_at.is_(None),  # the platform removed the bot
                     )
                     .distinct()
                     .order_by(Event.id)

@@ -146,10 +146,12 @@ async def _claim(
 async def _due(
     session: AsyncSession, column: Any, now: datetime, batch: int
 ) -> list[tuple[Agent, Tenant, User]]:
-    """Agents whose `column` time has come, locked; rows another process holds are skipped."""
+    """Agents whose `column` time has come, locked; rows another process holds are skipped.
+    A community the platform removed the bot from waits (core.members.tenancy)."""
+    departed = select(Tenant.id).where(Tenant.departed_at.is_not(None))
     agents = await session.scalars(
         select(Agent)
-        .where(column <= now)
+        .where(column <= now, Agent.tenant_id.not_in(departed))
         .order_by(column)
         .limit(batch)
         .with_for_update(skip_locked=True, key_share=True)

@@ -1,0 +1,265 @@
+"""Slack in any workspace: the install flow, a token per workspace, rotation, uninstalls.
+
+The Bolt app is built as `companion run` builds it with SLACK_CLIENT_ID (a Distribution on
+the test's database) and served over real HTTP; FakeSlack plays Slack: it grants install
+codes, answers oauth.v2.access and records which token every call carried.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import aiohttp
+import pytest
+import yaml
+from slack_bolt.async_app import AsyncApp
+from sqlalchemy import select, text
+
+from adapters.common import Services
+from adapters.slack import build_slack_app
+from adapters.slack.events import dm_sender, reply_sender
+from adapters.slack.oauth import SCOPES, Distribution, distribution
+from bot.delivery import Router
+from bot.health import serving
+from core.errors import NotInstalled
+from core.members.tenancy import Tenancy
+from core.models import AuditEntry, Tenant
+from core.runtime.tick import tick
+from tests.conftest import ROOT
+from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
+from tests.rigs import slack_envelope, slack_ts
+from tests.test_run import free_port
+
+SECRET = "oauth-signing-secret"
+
+
+def authorize_query(html: str) -> dict[str, list[str]]:
+    """The query of the "Add to Slack" link on the install page."""
+    url = re.search(r'href="(https://slack.com/oauth/v2/authorize\?[^"]+)"', html)
+    assert url, html
+    return parse_qs(urlparse(url[1].replace("&amp;", "&")).query)
+
+
+@dataclass
+class Distributed:
+    app: AsyncApp
+    api: FakeSlack
+    oauth: Distribution
+    tenancy: Tenancy
+    root: str  # where the app is served (COMPANION_PUBLIC_URL)
+
+    async def install(self, team: str, expires_in: int | None = None) -> int:
+        """Someone installs the app in `team` from the install page: the redirect's status."""
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{self.root}/slack/install") as page:
+                assert page.status == 200
+                html = await page.text()
+                cookie = page.headers["Set-Cookie"].split(";", 1)[0]
+            state = authorize_query(html)["state"][0]
+            code = self.api.grant(team, expires_in)
+            back = f"{self.root}/slack/oauth_redirect?code={code}&state={state}"
+            async with http.get(back, headers={"Cookie": cookie}) as done:
+                return done.status
+
+    async def event(self, team: str, event: dict[str, Any]) -> int:
+        """Slack posts `event` of workspace `team` to /slack/events: the HTTP status."""
+        body = json.dumps({**slack_envelope(event), "team_id": team, "authorizations": []})
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self.root}/slack/events", data=body, headers=signed(body, SECRET)) as r,
+        ):
+            status = r.status
+        await settle()
+        return status
+
+    async def dm(self, team: str, user: str, words: str) -> int:
+        ts = slack_ts()
+        event = {"type": "message", "channel": f"D{user}", "user": user, "text": words}
+        return await self.event(team, {**event, "ts": ts, "channel_type": "im", "event_ts": ts})
+
+    def answers(self) -> list[tuple[str | None, str]]:
+        """(token, text) of every message the app posted."""
+        posts = self.api.called("chat.postMessage")
+        texts = [p["text"] for p in posts]
+        return list(zip(self.api.token_of("chat.postMessage"), texts, strict=True))
+
+
+@asynccontextmanager
+async def distributed(engine, members, sessions, clock) -> AsyncIterator[Distributed]:
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    tenancy = Tenancy(sessions, clock)
+    async with FakeSlack() as api:
+        api.redirect_uri = f"{root}/slack/oauth_redirect"
+        oauth = distribution(
+            CLIENT_ID, CLIENT_SECRET, root, sessions.kw["bind"], tenancy, api.base_url
+        )
+        services = Services(engine, members)
+        app = build_slack_app(services, None, SECRET, api.base_url, distribution=oauth)
+        async with serving(app.web_app(path="/slack/events"), "127.0.0.1", port):
+            yield Distributed(app, api, oauth, tenancy, root)
+
+
+@pytest.fixture
+async def slack(engine, members, sessions, clock):
+    async with distributed(engine, members, sessions, clock) as rig:
+        yield rig
+
+
+async def test_two_workspaces_install_and_each_is_answered_with_its_own_token(slack, engine):
+    assert await slack.install("TA") == 200
+    assert await slack.install("TB") == 200
+    assert await slack.dm("TA", "U1", "hello from A") == 200
+    assert await slack.dm("TB", "U1", "hello from B") == 200
+    teams = slack.api.teams
+    assert [(teams[token], words) for token, words in slack.answers()] == [
+        ("TA", "You said: hello from A"),
+        ("TB", "You said: hello from B"),
+    ]
+    # The same user id in two workspaces is two members, each with their own memory.
+    first, second = await engine.agent("slack:TA", "U1"), await engine.agent("slack:TB", "U1")
+    assert first.tenant_id != second.tenant_id
+
+
+async def test_the_install_page_asks_for_the_manifests_scopes_and_redirects_back(slack):
+    async with aiohttp.ClientSession() as http, http.get(f"{slack.root}/slack/install") as r:
+        html = await r.text()
+    query = authorize_query(html)
+    assert query["client_id"] == [CLIENT_ID]
+    assert query["redirect_uri"] == [f"{slack.root}/slack/oauth_redirect"]
+    manifest = yaml.safe_load((ROOT / "deploy" / "slack-manifest.yaml").read_text())
+    assert set(query["scope"][0].split(",")) == set(SCOPES)
+    assert set(manifest["oauth_config"]["scopes"]["bot"]) == set(SCOPES)
+
+
+async def test_a_forged_or_replayed_redirect_installs_nothing(slack, sessions):
+    code = slack.api.grant("TX")
+    async with aiohttp.ClientSession() as http:
+        forged = f"{slack.root}/slack/oauth_redirect?code={code}&state=made-up"
+        async with http.get(forged, headers={"Cookie": "slack-app-oauth-state=made-up"}) as r:
+            assert r.status in (400, 401)
+    assert slack.api.called("oauth.v2.access") == []
+    assert await slack.dm("TX", "U1", "anyone there?") != 500
+    assert slack.answers() == []
+    async with sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM slack_installations")) == 0
+        assert await session.scalar(text("SELECT count(*) FROM events")) == 0
+
+
+async def test_a_rotating_token_is_refreshed_before_it_expires(slack, engine, clock):
+    assert await slack.install("TR", expires_in=60) == 200  # refreshed when < 2 h are left
+    first = slack.api.token_of("auth.test")[-1]
+    assert await slack.dm("TR", "U1", "still there?") == 200
+    ((token, words),) = slack.answers()
+    assert words == "You said: still there?" and token != first
+    assert slack.api.teams[token] == "TR"
+    assert [args.get("grant_type") for args in slack.api.called("oauth.v2.access")] == [
+        None,
+        "refresh_token",
+    ]
+    # Outside a request (an opener), the newest token is used, without another refresh.
+    client = await slack.oauth.workspaces.client("slack:TR")
+    assert client.token == token
+    assert len(slack.api.called("oauth.v2.access")) == 2
+
+
+async def test_an_opener_outside_a_request_uses_the_workspaces_token(slack, engine):
+    await slack.install("TA")
+    await slack.install("TB")
+    router = Router()
+    clients = slack.oauth.workspaces.client
+    router.add("slack", dm_sender(clients), reply_sender(clients))
+    await router.direct("slack:TB", "U7")("thought of you")
+    assert slack.api.teams[slack.api.token_of("chat.postMessage")[-1]] == "TB"
+    with pytest.raises(NotInstalled):
+        await router.direct("slack:TNONE", "U7")("nobody installed me")
+
+
+async def uninstalled(slack: Distributed, team: str) -> None:
+    await slack.event(team, {"type": "app_uninstalled", "event_ts": slack_ts()})
+
+
+async def test_an_uninstalled_workspace_keeps_its_memory_for_the_grace_period(
+    slack, engine, sessions, clock
+):
+    await slack.install("TU")
+    await slack.dm("TU", "U1", "my cat is Miso")
+    await uninstalled(slack, "TU")
+    with pytest.raises(NotInstalled):
+        await slack.oauth.workspaces.client("slack:TU")
+    assert await slack.tenancy.departed_at("slack:TU") == clock()
+    assert await slack.tenancy.members("slack:TU") == 1
+
+    clock.advance(days=29)
+    assert await slack.tenancy.erase_departed() == []
+    await slack.install("TU")  # back within the grace period: everything is still there
+    assert await slack.tenancy.departed_at("slack:TU") is None
+    clock.advance(days=60)
+    assert await slack.tenancy.erase_departed() == []
+    assert await slack.tenancy.members("slack:TU") == 1
+
+
+async def test_after_the_grace_period_the_workspace_is_erased_and_audited(
+    slack, engine, sessions, clock
+):
+    await slack.install("TG")
+    await slack.dm("TG", "U1", "remember me")
+    await slack.dm("TG", "U2", "me too")
+    await slack.event("TG", {"type": "tokens_revoked", "tokens": {"bot": ["UBOTTG"]}})
+    assert await slack.tenancy.departed_at("slack:TG") == clock()
+    clock.advance(days=30, seconds=1)
+    erased = await slack.tenancy.erase_departed()
+    assert [(e.tenant, e.members) for e in erased] == [("slack:TG", 2)]
+    async with sessions() as session:
+        assert await session.scalar(text("SELECT count(*) FROM messages")) == 0
+        assert await session.scalar(text("SELECT count(*) FROM agents")) == 0
+        entry = await session.scalar(select(AuditEntry).where(AuditEntry.action == "erase tenant"))
+        departed = await session.scalar(select(Tenant.departed_at).where(Tenant.key == "slack:TG"))
+    assert (
+        entry is not None and entry.actor.startswith("retention") and entry.detail["members"] == 2
+    )
+    assert departed is None
+    assert await slack.tenancy.erase_departed() == []  # nothing erased twice
+
+
+async def test_a_departed_workspace_is_not_scheduled(slack, engine, sessions, clock):
+    for team in ("TW", "TK"):
+        await slack.install(team)
+        await slack.dm(team, "U1", "hi")
+    await uninstalled(slack, "TW")
+    async with sessions() as session, session.begin():
+        await session.execute(text("UPDATE agents SET next_upkeep_at = :due"), {"due": clock()})
+    router = Router()
+    clients = slack.oauth.workspaces.client
+    router.add("slack", dm_sender(clients), reply_sender(clients))
+    report = await tick(engine, clock(), router)
+    assert [claim.tenant for claim in report.claimed] == ["slack:TK"]
+
+
+async def test_the_store_tables_are_the_migrations(sessions, clock):
+    """slack_sdk's stores read and write the tables our migration made, column for column (a
+    slack_sdk upgrade that adds a column needs a migration)."""
+    tenancy = Tenancy(sessions, clock)
+    oauth = distribution(CLIENT_ID, CLIENT_SECRET, "http://x", sessions.kw["bind"], tenancy)
+    tables = [
+        oauth.installations.installations,
+        oauth.installations.bots,
+        oauth.settings.state_store.oauth_states,  # type: ignore[attr-defined]
+    ]
+    async with sessions() as session:
+        for table in tables:
+            rows = await session.execute(
+                text(
+                    "SELECT column_name, is_nullable FROM information_schema.columns "
+                    "WHERE table_name = :t AND table_schema = current_schema()"
+                ),
+                {"t": table.name},
+            )
+            migrated = {name: nullable == "YES" for name, nullable in rows}
+            assert migrated == {c.name: bool(c.nullable) for c in table.columns}, table.name
