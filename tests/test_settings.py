@@ -54,3 +54,36 @@ def test_a_window_too_small_for_the_fixed_prompt_is_refused():
         check_window(EngineConfig(context_window=2048))
     check_window(EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000))
     check_window(EngineConfig(context_window=8192))
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"SLACK_CLIENT_ID": "1.2"}, ["SLACK_CLIENT_SECRET", "SLACK_SIGNING_SECRET"]),
+        (
+            {"SLACK_CLIENT_ID": "1.2", "SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s"},
+            ["SLACK_BOT_TOKEN", "SLACK_CLIENT_ID", "not both"],
+        ),
+        (
+            {
+                "SLACK_CLIENT_ID": "1.2",
+                "SLACK_CLIENT_SECRET": "c",
+                "SLACK_SIGNING_SECRET": "s",
+                "SLACK_APP_TOKEN": "xapp-1",
+            },
+            ["unset SLACK_APP_TOKEN"],
+        ),
+    ],
+)
+def test_slack_for_any_workspace_says_what_is_missing_or_contradicts(env, names):
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env(env).require_platform()
+    assert all(name in str(error.value) for name in names), error.value
+
+
+def test_slack_for_any_workspace_is_http_mode():
+    env = {"SLACK_CLIENT_ID": "1.2", "SLACK_CLIENT_SECRET": "c", "SLACK_SIGNING_SECRET": "s"}
+    settings = Settings.from_env(env)
+    settings.require_platform()
+    assert settings.slack_oauth and settings.slack_over_http
+    assert not Settings.from_env({"SLACK_BOT_TOKEN": "x", "SLACK_APP_TOKEN": "y"}).slack_oauth
