@@ -7,8 +7,10 @@ codes, answers oauth.v2.access and records which token every call carried.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -31,10 +33,10 @@ from core.errors import NotInstalled
 from core.members.tenancy import Tenancy
 from core.models import AuditEntry, Tenant
 from core.runtime.tick import tick
-from tests.conftest import ROOT
+from tests.conftest import COMPANION, ROOT, cli_env
 from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
 from tests.rigs import slack_envelope, slack_ts
-from tests.test_run import free_port
+from tests.test_run import free_port, wait_for
 
 SECRET = "oauth-signing-secret"
 
@@ -263,3 +265,50 @@ async def test_the_store_tables_are_the_migrations(sessions, clock):
             )
             migrated = {name: nullable == "YES" for name, nullable in rows}
             assert migrated == {c.name: bool(c.nullable) for c in table.columns}, table.name
+
+
+async def test_companion_run_serves_the_install_flow_for_any_workspace(fake, pg_url, schema):
+    """As an operator starts it: SLACK_CLIENT_ID, no bot token; a workspace installs it,
+    is answered with its own token, and /readyz says how to install."""
+    port = free_port()
+    root = f"http://127.0.0.1:{port}"
+    async with FakeSlack() as api:
+        api.redirect_uri = f"{root}/slack/oauth_redirect"
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            SLACK_CLIENT_ID=CLIENT_ID,
+            SLACK_CLIENT_SECRET=CLIENT_SECRET,
+            SLACK_SIGNING_SECRET=SECRET,
+            SLACK_API_URL=api.base_url,
+            COMPANION_PUBLIC_URL=root,
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
+        )
+        try:
+            rig = Distributed(None, api, None, None, root)  # type: ignore[arg-type]
+            async with aiohttp.ClientSession() as http:
+                for _ in range(200):  # until it serves
+                    try:
+                        async with http.get(f"{root}/readyz") as ready:
+                            if ready.status == 200:
+                                readiness = await ready.json()
+                                break
+                    except aiohttp.ClientConnectionError:
+                        pass
+                    await asyncio.sleep(0.1)
+            assert f"{root}/slack/install" in json.dumps(readiness)
+            assert await rig.install("TA") == 200
+            assert await rig.dm("TA", "U1", "hello from A") == 200
+            assert await wait_for(lambda: api.called("chat.postMessage"))
+            ((token, words),) = rig.answers()
+            assert words == "You said: hello from A" and api.teams[token] == "TA"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()
+        assert b"Traceback" not in err
