@@ -273,13 +273,25 @@ async def discord_running(
     def report(state: str, detail: str) -> None:
         health.report("Discord", state, detail)
 
+    shards = settings.discord_shards
+
+    def report_shard(shard: int, state: str, detail: str) -> None:
+        count = getattr(client, "shard_count", None) or "?"
+        health.report(f"Discord shard {shard}/{count}", state, detail)
+
     client = build_discord_client(
         services,
         home_guild_id=settings.discord_home_guild,
         api_url=settings.discord_api_url,
         gateway_url=settings.discord_gateway_url,
         on_status=report,
+        sharded=shards is not None,
+        shard_ids=shards.ids if shards else None,
+        shard_count=shards.count if shards else None,
+        on_shard_status=report_shard,
     )
+    for shard in shards.ids or () if shards else ():
+        report_shard(shard, "starting", "waiting for its turn to connect")
     router.add("discord", discord_dm(client), discord_reply(client))
     where = f"Discord at {discord.http.Route.BASE}"
     transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)

@@ -115,6 +115,40 @@ def _embedding_dim(env: Mapping[str, str]) -> int:
     return LOCAL_DIMENSION
 
 
+@dataclass(frozen=True)
+class DiscordShards:
+    """COMPANION_DISCORD_SHARDS: `auto` (ids and count None: as many shards as Discord
+    recommends, all in this process) or IDS/COUNT, e.g. `0-3/8`: shards 0 to 3 of 8."""
+
+    ids: tuple[int, ...] | None = None
+    count: int | None = None
+
+    def __str__(self) -> str:
+        if self.ids is None:
+            return "auto"
+        return ",".join(map(str, self.ids)) + f"/{self.count}"
+
+
+SHARDS_HINT = "COMPANION_DISCORD_SHARDS must be `auto` or IDS/COUNT such as 0-3/8 or 2/4"
+
+
+def _shards(raw: str | None) -> DiscordShards | None:
+    if not raw:
+        return None
+    if raw.lower() == "auto":
+        return DiscordShards()
+    match = re.fullmatch(r"(\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*)/(\d+)", raw.replace(" ", ""))
+    if not match:
+        raise ConfigError(f"{SHARDS_HINT}, got {raw!r}")
+    count, ids = int(match[2]), set[int]()
+    for part in match[1].split(","):
+        first, _, last = part.partition("-")
+        ids.update(range(int(first), int(last or first) + 1))
+    if count < 1 or not ids or max(ids) >= count:
+        raise ConfigError(f"{SHARDS_HINT} (ids from 0 to COUNT-1), got {raw!r}")
+    return DiscordShards(tuple(sorted(ids)), count)
+
+
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(base) / "companion"
@@ -137,6 +171,7 @@ class Settings:
     discord_api_url: str | None = None
     discord_gateway_url: str | None = None
     discord_home_guild: int | None = None
+    discord_shards: DiscordShards | None = None  # None: one gateway connection, unsharded
     slack_bot_token: str | None = None  # one workspace; else SLACK_CLIENT_ID: any workspace
     slack_app_token: str | None = None
     slack_signing_secret: str | None = None
@@ -176,6 +211,7 @@ class Settings:
             discord_api_url=_text(env, "DISCORD_API_URL"),
             discord_gateway_url=_text(env, "DISCORD_GATEWAY_URL"),
             discord_home_guild=_int(env, "COMPANION_DISCORD_HOME_GUILD", None),
+            discord_shards=_shards(_text(env, "COMPANION_DISCORD_SHARDS")),
             slack_bot_token=_text(env, "SLACK_BOT_TOKEN"),
             slack_app_token=_text(env, "SLACK_APP_TOKEN"),
             slack_signing_secret=_text(env, "SLACK_SIGNING_SECRET"),

@@ -11,6 +11,14 @@ edits, command sync, and attachment downloads from `files`. Reading back: a chan
 `channels`, or a DM channel of `dm_channels`). `on_call(call)`, when set, runs as each
 request arrives; `typing_status` is what the typing endpoint answers (204).
 
+It also plays the gateway, at `gateway_url`: HELLO, IDENTIFY (with or without shard ids),
+READY and a GUILD_CREATE for each server of `guilds` that belongs to the shard, heartbeat
+ACKs. `dispatch(event, payload)` sends an event to the connection Discord would send it to:
+a server's events to shard (guild_id >> 22) % shard_count, DMs to shard 0 (GatewayMissing
+when no connection has that shard). `identified` lists (shard id, count, token) of every
+IDENTIFY; `GET /gateway/bot` recommends `recommended_shards`. Every REST call records the
+token it carried (`Call.token`), so tests can tell which process sent it.
+
 The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
 GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
 """
@@ -44,6 +52,23 @@ class Call:
     query: dict[str, str] = field(default_factory=dict)
     body: Any = None
     files: dict[str, bytes] = field(default_factory=dict)  # file name -> content
+    token: str = ""  # the Authorization header, e.g. "Bot fake-token"
+
+
+class GatewayMissing(LookupError):
+    """No gateway connection runs the shard an event belongs to."""
+
+
+@dataclass
+class Connection:
+    socket: web.WebSocketResponse
+    shard: int
+    count: int
+    sequence: int = 0
+
+    async def send(self, event: str, payload: dict[str, Any]) -> None:
+        self.sequence += 1
+        await self.socket.send_json({"op": 0, "t": event, "s": self.sequence, "d": payload})
 
 
 class FakeDiscord:
@@ -63,6 +88,14 @@ class FakeDiscord:
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self.root = ""
+        self.guilds: dict[int, dict[str, Any]] = {}  # guild id -> its GUILD_CREATE payload
+        self.recommended_shards = 1
+        self.identified: list[tuple[int, int, str]] = []  # (shard id, count, token)
+        self.connections: list[Connection] = []
+
+    @property
+    def gateway_url(self) -> str:
+        return self.root.replace("http://", "ws://") + "/gateway"
 
     @property
     def api_url(self) -> str:
@@ -103,11 +136,63 @@ class FakeDiscord:
 
         return await asyncio.wait_for(until(), within)
 
+    # The gateway
+
+    def connection(self, guild_id: int | None) -> Connection:
+        """The live connection Discord would send an event of `guild_id` (None: a DM) to."""
+        for conn in reversed(self.connections):  # the newest session of a shard wins
+            if conn.socket.closed:
+                continue
+            shard = 0 if guild_id is None else (guild_id >> 22) % conn.count
+            if conn.shard == shard:
+                return conn
+        raise GatewayMissing(f"no gateway connection has the shard of guild {guild_id}")
+
+    async def dispatch(self, event: str, payload: dict[str, Any]) -> int:
+        """Send a gateway event where Discord would; returns the shard it went to."""
+        guild_id = payload.get("guild_id")
+        conn = self.connection(int(guild_id) if guild_id else None)
+        await conn.send(event, payload)
+        return conn.shard
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse()
+        await socket.prepare(request)
+        await socket.send_json({"op": 10, "d": {"heartbeat_interval": 41250}})
+        async for frame in socket:
+            if frame.type != web.WSMsgType.TEXT:
+                break
+            data = json.loads(frame.data)
+            if data["op"] == 1:  # heartbeat
+                await socket.send_json({"op": 11})
+            elif data["op"] == 2:  # identify
+                await self._identify(socket, data["d"])
+            elif data["op"] == 6:  # resume: not kept here, so start a new session
+                await socket.send_json({"op": 9, "d": False})
+        async with self._changed:
+            self._changed.notify_all()
+        return socket
+
+    async def _identify(self, socket: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        shard, count = data.get("shard") or (0, 1)
+        conn = Connection(socket, shard, count)
+        self.identified.append((shard, count, data.get("token", "")))
+        mine = [g for g in self.guilds if (g >> 22) % count == shard]
+        session = ready(self.bot, self.application_id, mine)
+        session["resume_gateway_url"] = self.gateway_url
+        await conn.send("READY", {**session, "shard": [shard, count]})
+        for guild_id in mine:
+            await conn.send("GUILD_CREATE", self.guilds[guild_id])
+        self.connections.append(conn)
+        async with self._changed:
+            self._changed.notify_all()
+
     # The server
 
     async def _record(self, request: web.Request) -> Call:
         path = request.path.removeprefix("/api/v10")
         call = Call(request.method, path, query=dict(request.query))
+        call.token = request.headers.get("Authorization", "")
         if request.content_type.startswith("multipart/"):
             reader = await request.multipart()
             async for part in reader:
@@ -120,6 +205,8 @@ class FakeDiscord:
         return call
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.path == "/gateway":
+            return await self._gateway(request)
         call = await self._record(request)
         if self.on_call is not None:
             await self.on_call(call)
@@ -136,6 +223,12 @@ class FakeDiscord:
         if path.startswith("/attachments/"):
             data = self.files.get(path.removeprefix("/attachments/"))
             return web.Response(body=data) if data is not None else _error(404, 10003)
+        if (method, path) == ("GET", "/gateway/bot"):
+            limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
+            shards = self.recommended_shards
+            return _json({"url": self.gateway_url, "shards": shards, "session_start_limit": limit})
+        if (method, path) == ("GET", "/gateway"):
+            return _json({"url": self.gateway_url})
         if (method, path) == ("GET", "/users/@me"):
             return _json(self.bot)
         if (method, path) == ("GET", "/oauth2/applications/@me"):

@@ -3,6 +3,7 @@
     client.py     the client: intents, DMs / mentions / replies, member joins, tenant lookup
     messages.py   one message into the author's events (files, then text); replies back
     commands.py   slash commands: /memory, /openers, /quiet-hours, /timezone, /admin
+    shards.py     the same client over several gateway shards, a slice per process
 
 The composition root builds the client with `build_discord_client` and runs it with
 `run_discord`. `api_url` (DISCORD_API_URL) and `gateway_url` (DISCORD_GATEWAY_URL) point
@@ -16,6 +17,7 @@ import yarl
 
 from adapters.common import Services
 from adapters.discord.client import CompanionClient, Status
+from adapters.discord.shards import ShardedClient, ShardStatus
 
 __all__ = ["CompanionClient", "build_discord_client", "run_discord", "use_discord_hosts"]
 
@@ -38,10 +40,25 @@ def build_discord_client(
     api_url: str | None = None,
     gateway_url: str | None = None,
     on_status: Status | None = None,
+    sharded: bool = False,
+    shard_ids: tuple[int, ...] | None = None,
+    shard_count: int | None = None,
+    on_shard_status: ShardStatus | None = None,
 ) -> discord.Client:
     """The client; `home_guild_id` is the default DM home (see client.py); `on_status` hears
-    (state, detail) as the gateway connects, drops and resumes."""
+    (state, detail) as the gateway connects, drops and resumes. `sharded`: shards
+    `shard_ids` of `shard_count` (both None: all the shards Discord recommends), each
+    shard's state to `on_shard_status`."""
     use_discord_hosts(api_url, gateway_url)
+    if sharded:
+        return ShardedClient(
+            services,
+            ids=shard_ids,
+            count=shard_count,
+            on_shard_status=on_shard_status,
+            home_guild_id=home_guild_id,
+            on_status=on_status,
+        )
     return CompanionClient(services, home_guild_id=home_guild_id, on_status=on_status)
 
 

@@ -49,6 +49,8 @@ class Reader(Protocol):
 
     async def on_message(self, message: discord.Message, /) -> None: ...
 
+    def reads_back(self, guild_id: int | None, /) -> bool: ...
+
 
 async def catch_up(client: Reader, engine: Engine) -> int:
     """Read back every channel the bot talked in lately; returns how many messages it took."""
@@ -89,6 +91,9 @@ def _active_elsewhere(client: Reader, latest: int, known: set[str]) -> list[str]
 
 async def _read_back(client: Reader, engine: Engine, channel_id: int, newest: int) -> int:
     channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
+    guild = getattr(channel, "guild", None)
+    if not client.reads_back(guild.id if guild else None):
+        return 0  # another process's shard: it reads back its own servers
     start = discord.utils.snowflake_time(newest) - MARGIN
     found = [m async for m in channel.history(after=start, limit=PER_CHANNEL, oldest_first=True)]
     known = await engine.seen.settled([f"discord:msg:{m.id}" for m in found])

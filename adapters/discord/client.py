@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import discord
 
@@ -87,6 +88,7 @@ class CompanionClient(discord.Client):
         services: Services,
         home_guild_id: int | None = None,
         on_status: Status | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(
             intents=companion_intents(),
@@ -94,6 +96,7 @@ class CompanionClient(discord.Client):
                 everyone=False, users=False, roles=False, replied_user=True
             ),
             chunk_guilds_at_startup=False,  # nothing here needs the member list
+            **options,  # the shards, for a sharded client (shards.py)
         )
         self.services = services
         self.home_guild_id = home_guild_id
@@ -120,7 +123,18 @@ class CompanionClient(discord.Client):
         guild = self.get_guild(int(guild_id)) if guild_id.isdigit() else None
         return guild.name if guild else tenant
 
+    @property
+    def syncs_commands(self) -> bool:
+        """Whether this process syncs the slash commands (one process per application)."""
+        return True
+
+    def reads_back(self, guild_id: int | None) -> bool:
+        """Whether this process catches up on a channel of that server (None: a DM)."""
+        return True
+
     async def setup_hook(self) -> None:
+        if not self.syncs_commands:
+            return
         try:
             commands = await self.tree.sync()
         except discord.HTTPException:

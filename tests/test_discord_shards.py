@@ -1,0 +1,152 @@
+"""Discord over shards split across processes, against the fake gateway.
+
+Two `companion run` processes, COMPANION_DISCORD_SHARDS=0-1/4 and 2-3/4, one bot: each
+identifies with its own shard ids, receives only the servers of its shards (Discord routes
+server events by (guild_id >> 22) % 4, DMs to shard 0), answers exactly those messages,
+once; the slash commands are synced once, by shard 0's process; /readyz lists each shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from bot.settings import Settings
+from core.errors import ConfigError
+from tests.conftest import cli_env
+from tests.fake_discord import (
+    FakeDiscord,
+    guild,
+    member,
+    message,
+    snowflake,
+    text_channel,
+    user,
+)
+from tests.test_readiness import start, stop, until_ready_state
+from tests.test_run import free_port
+
+BOT = user(1_500_000_000_000_000_010, "Companion", bot=True)
+APP_ID = 1_500_000_000_000_000_011
+ANN = 1_500_000_000_000_000_020
+COUNT = 4
+
+
+def server(shard: int) -> tuple[int, int, dict[str, Any]]:
+    """A server whose events go to `shard` of COUNT: (guild id, channel id, GUILD_CREATE)."""
+    guild_id = ((1_000 + shard) << 22) | 7  # (guild_id >> 22) % 4 == shard
+    channel_id = snowflake()
+    channels = [text_channel(channel_id, guild_id, "general")]
+    members = [member(ANN, "Ann"), member(int(BOT["id"]), "Companion")]
+    return guild_id, channel_id, guild(guild_id, ANN, channels, [], members, [])
+
+
+def mention(guild_id: int, channel_id: int, words: str) -> dict[str, Any]:
+    return message(
+        user(ANN, "Ann"),
+        channel_id,
+        f"<@{BOT['id']}> {words}",
+        guild_id=guild_id,
+        author_member=member(ANN, "Ann"),
+        mentions=[BOT],
+    )
+
+
+def shard_states(body: dict[str, Any]) -> dict[str, str]:
+    platforms = body.get("platforms", {})
+    return {name: p["state"] for name, p in platforms.items() if name.startswith("Discord shard")}
+
+
+async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
+    fake, pg_url, schema
+):
+    servers = {shard: server(shard) for shard in range(COUNT)}
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
+        ports = {"a": free_port(), "b": free_port()}
+        slices = {"a": "0-1/4", "b": "2-3/4"}
+        procs = {}
+        for name in ("a", "b"):
+            env = cli_env(
+                fake,
+                pg_url,
+                schema,
+                DISCORD_TOKEN=f"token-{name}",
+                DISCORD_API_URL=api.api_url,
+                DISCORD_GATEWAY_URL=api.gateway_url,
+                COMPANION_DISCORD_SHARDS=slices[name],
+                COMPANION_HTTP_HOST="127.0.0.1",
+                COMPANION_HTTP_PORT=str(ports[name]),
+            )
+            procs[name] = await start(env)
+        errors: dict[str, str] = {}
+        try:
+            ready = {
+                name: await until_ready_state(ports[name], lambda status, body: status == 200)
+                for name in ("a", "b")
+            }
+            assert shard_states(ready["a"]) == {
+                "Discord shard 0/4": "connected",
+                "Discord shard 1/4": "connected",
+            }
+            assert shard_states(ready["b"]) == {
+                "Discord shard 2/4": "connected",
+                "Discord shard 3/4": "connected",
+            }
+            assert sorted(api.identified) == [
+                (0, 4, "token-a"),
+                (1, 4, "token-a"),
+                (2, 4, "token-b"),
+                (3, 4, "token-b"),
+            ]
+
+            for shard, (guild_id, channel_id, _) in servers.items():
+                went = await api.dispatch(
+                    "MESSAGE_CREATE", mention(guild_id, channel_id, f"hello shard {shard}")
+                )
+                assert went == shard
+            dm_channel = snowflake()
+            api.dm_channels[ANN] = dm_channel
+            dm = message(user(ANN, "Ann"), dm_channel, "a quiet word")
+            assert await api.dispatch("MESSAGE_CREATE", dm) == 0
+
+            def answered() -> bool:
+                done = [api.sent(channel) for _, channel, _ in servers.values()]
+                return all(done) and bool(api.sent(dm_channel))
+
+            await api.wait_for(answered, within=60)
+            await asyncio.sleep(1)  # a second answer, were there one, would be in by now
+        finally:
+            for name, proc in procs.items():
+                code, errors[name] = await stop(proc)
+                assert code == 0, errors[name]
+    for name in errors:
+        assert "Traceback" not in errors[name]
+
+    owner = {0: "a", 1: "a", 2: "b", 3: "b"}
+    for shard, (_, channel_id, _) in servers.items():
+        calls = api.sent(channel_id)
+        assert [c.body["content"] for c in calls] == [f"You said: hello shard {shard}"]
+        assert [c.token for c in calls] == [f"Bot token-{owner[shard]}"]
+    assert [(c.body["content"], c.token) for c in api.sent(dm_channel)] == [
+        ("You said: a quiet word", "Bot token-a")
+    ]
+    synced = api.find("PUT", f"/applications/{APP_ID}/commands")
+    assert [c.token for c in synced] == ["Bot token-a"]  # once, by shard 0's process
+
+
+@pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0"])
+def test_a_bad_shard_setting_is_one_clear_line(raw):
+    with pytest.raises(ConfigError) as error:
+        Settings.from_env({"COMPANION_DISCORD_SHARDS": raw})
+    assert "COMPANION_DISCORD_SHARDS" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_shard_settings_read_as_discord_means_them():
+    shards = Settings.from_env({"COMPANION_DISCORD_SHARDS": "0-2,5/8"}).discord_shards
+    assert shards is not None and (shards.ids, shards.count) == ((0, 1, 2, 5), 8)
+    auto = Settings.from_env({"COMPANION_DISCORD_SHARDS": "auto"}).discord_shards
+    assert auto is not None and (auto.ids, auto.count) == (None, None)
+    assert Settings.from_env({}).discord_shards is None
