@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from bot.settings import Settings
 from core.errors import ConfigError
@@ -31,6 +32,7 @@ from tests.test_run import free_port
 BOT = user(1_500_000_000_000_000_010, "Companion", bot=True)
 APP_ID = 1_500_000_000_000_000_011
 ANN = 1_500_000_000_000_000_020
+BOB = 1_500_000_000_000_000_021  # talks only in the server of shard 3
 COUNT = 4
 
 
@@ -39,17 +41,18 @@ def server(shard: int) -> tuple[int, int, dict[str, Any]]:
     guild_id = ((1_000 + shard) << 22) | 7  # (guild_id >> 22) % 4 == shard
     channel_id = snowflake()
     channels = [text_channel(channel_id, guild_id, "general")]
-    members = [member(ANN, "Ann"), member(int(BOT["id"]), "Companion")]
+    members = [member(ANN, "Ann"), member(BOB, "Bob"), member(int(BOT["id"]), "Companion")]
     return guild_id, channel_id, guild(guild_id, ANN, channels, [], members, [])
 
 
-def mention(guild_id: int, channel_id: int, words: str) -> dict[str, Any]:
+def mention(guild_id: int, channel_id: int, words: str, who: int = ANN) -> dict[str, Any]:
+    name = "Ann" if who == ANN else "Bob"
     return message(
-        user(ANN, "Ann"),
+        user(who, name),
         channel_id,
         f"<@{BOT['id']}> {words}",
         guild_id=guild_id,
-        author_member=member(ANN, "Ann"),
+        author_member=member(who, name),
         mentions=[BOT],
     )
 
@@ -60,7 +63,7 @@ def shard_states(body: dict[str, Any]) -> dict[str, str]:
 
 
 async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
-    fake, pg_url, schema
+    fake, pg_url, schema, sessions
 ):
     servers = {shard: server(shard) for shard in range(COUNT)}
     async with FakeDiscord(BOT, APP_ID) as api:
@@ -117,6 +120,16 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
                 return all(done) and bool(api.sent(dm_channel))
 
             await api.wait_for(answered, within=60)
+
+            # Bob talks in shard 3's server only (process b), then DMs: shard 0 (process a)
+            # takes the DM into the memory of the server where he talked.
+            guild_3, channel_3, _ = servers[3]
+            await api.dispatch("MESSAGE_CREATE", mention(guild_3, channel_3, "bob here", BOB))
+            await api.wait_for(lambda: len(api.sent(channel_3)) == 2, within=60)
+            bob_dm = snowflake()
+            api.dm_channels[BOB] = bob_dm
+            await api.dispatch("MESSAGE_CREATE", message(user(BOB, "Bob"), bob_dm, "psst"))
+            await api.wait_for(lambda: api.sent(bob_dm), within=60)
             await asyncio.sleep(1)  # a second answer, were there one, would be in by now
         finally:
             for name, proc in procs.items():
@@ -127,9 +140,24 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
 
     owner = {0: "a", 1: "a", 2: "b", 3: "b"}
     for shard, (_, channel_id, _) in servers.items():
-        calls = api.sent(channel_id)
+        calls = api.sent(channel_id)[:1]
         assert [c.body["content"] for c in calls] == [f"You said: hello shard {shard}"]
         assert [c.token for c in calls] == [f"Bot token-{owner[shard]}"]
+    assert [(c.body["content"], c.token) for c in api.sent(servers[3][1])[1:]] == [
+        ("You said: bob here", "Bot token-b")
+    ]
+    assert [(c.body["content"], c.token) for c in api.sent(bob_dm)] == [
+        ("You said: psst", "Bot token-a")
+    ]
+    async with sessions() as session:
+        home = await session.scalar(
+            text(
+                "SELECT t.key FROM dm_homes h JOIN tenants t ON t.id = h.tenant_id "
+                "WHERE h.external_id = :bob"
+            ),
+            {"bob": str(BOB)},
+        )
+    assert home == f"discord:{servers[3][0]}"
     assert [(c.body["content"], c.token) for c in api.sent(dm_channel)] == [
         ("You said: a quiet word", "Bot token-a")
     ]

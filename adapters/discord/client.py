@@ -109,13 +109,18 @@ class CompanionClient(discord.Client):
         their first message; a command only asks where it is or would be)."""
         if guild_id is not None:
             return tenant_key(guild_id)
-        user = self.get_user(user_id)
-        shared = [g.id for g in user.mutual_guilds] if user else []
-        served = [tenant_key(g) for g in shared or [g.id for g in self.guilds]]
+        served = await self.served_to(user_id)
         configured = tenant_key(self.home_guild_id) if self.home_guild_id else None
         return await self.services.members.dm_homes.resolve(
             "discord", str(user_id), served, configured, keep
         )
+
+    async def served_to(self, user_id: int) -> list[str]:
+        """The communities a member's DMs may belong to: the servers shared with them, else
+        every server of the bot."""
+        user = self.get_user(user_id)
+        shared = [g.id for g in user.mutual_guilds] if user else []
+        return [tenant_key(g) for g in shared or [g.id for g in self.guilds]]
 
     def server_name(self, tenant: str) -> str:
         """A tenant as its members know it: the server's name when the bot is in it."""

@@ -8,6 +8,8 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
     slash commands   synced by the process that runs shard 0 (they belong to the application,
                      not to a shard: once is enough)
     catch-up         each process reads back the channels of its own servers; DMs: shard 0's
+    DM homes         a first DM may belong to a server on another shard: the member's
+                     communities in the database count too
     openers          any process: DMs go over REST, which needs no shard (deliver.py)
     status           each shard's state apart (`on_shard_status`: /readyz lists them)
 """
@@ -56,6 +58,15 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         if guild_id is None:
             return self.serves(0)  # DMs come to shard 0
         return self.shard_count is None or self.serves(shard_of(guild_id, self.shard_count))
+
+    async def served_to(self, user_id: int) -> list[str]:
+        """This process sees only its shards' servers; the member's communities on other
+        shards are known from the database, so a first DM finds where they talked last."""
+        here = await super().served_to(user_id)
+        if self.shard_ids is None:
+            return here
+        elsewhere = await self.services.members.dm_homes.communities("discord", str(user_id))
+        return here + [tenant for tenant in elsewhere if tenant not in here]
 
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)

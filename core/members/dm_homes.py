@@ -135,6 +135,18 @@ class DmHomes:
         async with self.sessions() as session:
             return await recorded(session, platform, user)
 
+    async def communities(self, platform: str, user: str) -> list[str]:
+        """The communities of `platform` where `user` has an agent (for a process that sees
+        only some of the bot's communities: a Discord shard)."""
+        async with self.sessions() as session:
+            found = await session.scalars(
+                select(Tenant.key)
+                .join(User, User.tenant_id == Tenant.id)
+                .where(Tenant.key.startswith(f"{platform}:"), User.external_id == user)
+                .order_by(Tenant.key)
+            )
+            return list(found)
+
     async def resolve(
         self,
         platform: str,
