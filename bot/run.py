@@ -128,6 +128,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
     )
     router = Router()
+    app.engine.outbox.platforms = router  # answers go out in the order members wrote
     health = Health(app.sessions, app.metrics)
     host, port = settings.http_host, settings.http_port
 

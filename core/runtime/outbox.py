@@ -2,7 +2,9 @@
 
     deliver(scope, event_id, send)  send an event's replies through the channel of `scope`'s
                                   member, each locked while sent, marked after; a reply of
-                                  any other agent is refused (logged, never sent)
+                                  any other agent is refused (logged, never sent). With
+                                  `platforms` set, the member's earlier replies still
+                                  waiting go first, back where each was asked
     redeliver(older_than, platforms)  retry replies that did not go out (platform down, crash)
     undelivered(event_id)         what is still waiting for an event
     take_replies(event_id)        take an event's replies (the terminal shows them at once)
@@ -37,6 +39,9 @@ class Outbox:
     ) -> None:
         self.sessions = sessions
         self.clock = clock
+        # Set by a process serving platforms: how to reach a member outside a live handler,
+        # so that answers go out in the order the member wrote (see `_earlier_first`).
+        self.platforms: Platforms | None = None
 
     async def deliver(self, scope: Scope, event_id: int, send: Send) -> list[str]:
         """Send the event's undelivered replies in order, each marked delivered once sent.
@@ -47,6 +52,7 @@ class Outbox:
         the retry sweep, a second process) never send the same reply twice. A send that
         fails is counted on the reply and raised; the reply stays for the next attempt.
         """
+        await self._earlier_first(scope, event_id)
         sent: list[str] = []
         more = True
         while more:
@@ -90,6 +96,34 @@ class Outbox:
                     continue
             raise failure
         return sent
+
+    async def _earlier_first(self, scope: Scope, event_id: int) -> None:
+        """The member's replies to earlier events that are still waiting go out first, in
+        order, each back where it was asked: turns of one member run one at a time, but
+        their handlers (in several processes, one of them perhaps killed) finish in any
+        order. A deliverer sending one of them holds its lock: this waits for it."""
+        if self.platforms is None:
+            return
+        while True:
+            async with self.sessions() as session, session.begin():
+                locked = _earlier(scope, event_id).with_for_update(of=Reply)
+                found = (await session.execute(locked)).first()
+                if found is None:
+                    # Under FOR UPDATE with LIMIT, a row another deliverer just sent drops
+                    # out without the next one taking its place: look again, unlocked.
+                    if (await session.execute(_earlier(scope, event_id))).first() is None:
+                        return
+                    continue
+                reply, tenant, user, payload = found
+                try:
+                    send = self.platforms.reply_route(tenant, user, payload.get("meta") or {})
+                    await send(reply.text)
+                except Exception as error:  # that channel is down: ours may not be
+                    reply.attempts += 1
+                    reply.last_error = f"{type(error).__name__}: {error}"[:500]
+                    log.warning("an earlier reply %s could not go first: %s", reply.id, error)
+                    return
+                reply.delivered_at = self.clock()
 
     async def redeliver(self, older_than: timedelta, platforms: Platforms) -> tuple[int, int]:
         """Retry replies that did not go out (platform down, process killed after the turn).
@@ -185,3 +219,24 @@ class Outbox:
                 .returning(Reply.id, Reply.text)
             )
             return [text for _, text in sorted(rows.all())]
+
+
+def _earlier(scope: Scope, event_id: int) -> Any:
+    """The oldest reply still waiting to one of the member's events before `event_id`."""
+    return (
+        select(Reply, Tenant.key, User.external_id, Event.payload)
+        .join(Event, Event.id == Reply.event_id)
+        .join(Agent, Agent.id == Reply.agent_id)
+        .join(User, User.id == Agent.user_id)
+        .join(Tenant, Tenant.id == Reply.tenant_id)
+        .where(
+            Reply.tenant_id == scope.tenant_id,
+            Reply.agent_id == scope.agent_id,
+            Reply.event_id < event_id,
+            Reply.delivered_at.is_(None),
+            Reply.attempts < MAX_DELIVERY_ATTEMPTS,
+            Tenant.key != "local",
+        )
+        .order_by(Reply.id)
+        .limit(1)
+    )
