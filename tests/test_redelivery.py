@@ -9,6 +9,7 @@ from sqlalchemy import select
 from adapters.common import Services
 from adapters.slack.events import dm_sender, one_workspace, reply_sender
 from bot.delivery import Router
+from core.events import EventKind, InboundEvent
 from core.models import Reply
 from tests.rigs import slack_envelope, slack_message, slack_rig
 
@@ -69,3 +70,34 @@ async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
         row = await session.scalar(select(Reply))
     assert row.attempts == 10 and row.delivered_at is None
     assert len(api.called("chat.postMessage")) == 10
+
+
+async def test_a_members_answers_go_out_in_the_order_they_wrote(engine):
+    """Two messages of one member, handled by two handlers (two processes): the first
+    handler died after its turn, before sending. The second handler sends the first answer
+    first, back where it was asked, then its own: the member reads them in order."""
+    seen: list[tuple[str, str]] = []
+
+    def route(tenant: str, user: str, meta: dict):
+        async def send(text: str) -> None:
+            seen.append((meta["where"], text))
+
+        return send
+
+    async def nowhere(tenant: str, user: str, text: str) -> None:
+        raise AssertionError("not a DM")
+
+    router = Router()
+    router.add("test", nowhere, route)
+    engine.outbox.platforms = router
+    scope = await engine.agent("test:T1", "U1")
+    first = InboundEvent(EventKind.USER_MESSAGE, "first", "k1", {"where": "thread 1"})
+    await engine.submit(scope, first)
+    await engine.drain(scope)  # its turn ran; its handler died before sending the answer
+
+    async def here(text: str) -> None:
+        seen.append(("thread 2", text))
+
+    second = InboundEvent(EventKind.USER_MESSAGE, "second", "k2", {"where": "thread 2"})
+    await engine.converse(scope, second, send=here)
+    assert seen == [("thread 1", "You said: first"), ("thread 2", "You said: second")]
