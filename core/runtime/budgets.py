@@ -102,7 +102,7 @@ async def record_usage(
     )
     await session.execute(
         statement.on_conflict_do_update(
-            index_elements=[Usage.agent_id, Usage.day],
+            index_elements=[Usage.tenant_id, Usage.agent_id, Usage.day],
             set_={name: getattr(Usage, name) + amount for name, amount in added.items()},
         )
     )

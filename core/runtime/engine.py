@@ -128,12 +128,14 @@ class Engine:
             "status": EventStatus.WAITING if hold else EventStatus.PENDING,
             "created_at": self.clock(),
         }
-        # Keys are per agent (migration 0008): the same platform id from another member
-        # (a file shared into two DMs) is that member's own event, never this one.
+        # Keys are per agent (migration 0008; with tenant_id first since 0013): the same
+        # platform id from another member (a file shared into two DMs) is theirs, not this.
         new_id = await session.scalar(
             insert(Event)
             .values(**values)
-            .on_conflict_do_nothing(index_elements=[Event.agent_id, Event.dedup_key])
+            .on_conflict_do_nothing(
+                index_elements=[Event.tenant_id, Event.agent_id, Event.dedup_key]
+            )
             .returning(Event.id)
         )
         if new_id is not None:
