@@ -15,8 +15,10 @@ every turn touches one node. So:
 Ids stay unique (one identity sequence per table); a plain index on `id` keeps lookups by id
 alone fast. The tables that are not a member's data (tenants, meta, web_sessions, dm_homes,
 Slack's installations) keep their keys: tests/test_citus_ready.py says why, table by table.
-Rebuilding the keys rewrites each table's indexes once: on a large database, expect the
-upgrade to take about as long as a REINDEX of those tables.
+Rebuilding the keys rewrites each table's indexes once, under exclusive locks: on a large
+database, expect the upgrade to take about as long as a REINDEX of those tables, and stop the
+other replicas while it runs (beside busy replicas it may hit a deadlock; the process then
+exits and the next start tries again).
 
 Revision ID: 0013
 Revises: 0012
