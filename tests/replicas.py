@@ -8,6 +8,11 @@ and when none answers Slack gets a 502. `Member.talk` plays Slack for one member
 their messages is posted (signed, as Slack does) until a process acknowledges it with 200,
 retried otherwise with `X-Slack-Retry-Num`, and the next message goes only once the previous
 one was acknowledged. What the member sees is FakeSlack's chat.postMessage calls in their DM.
+
+Each life of each process has a bot token of its own (all of one workspace), so FakeSlack's
+record says which process posted what: a reply posted by a process that was killed before it
+could mark the reply sent is posted again by whoever finishes the job. That window, the post
+in flight at the kill, is the one place an answer can be seen twice (`outcome` counts them).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.conftest import COMPANION
-from tests.fake_slack import FakeSlack, signed
+from tests.fake_slack import TEAM, FakeSlack, signed
 from tests.rigs import slack_envelope
 
 SECRET = "replica-secret"
@@ -88,11 +93,16 @@ class Replicas:
     ports: list[int]
     procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
     logs: dict[int, list[bytes]] = field(default_factory=dict)
+    tokens: dict[int, str] = field(default_factory=dict)  # port -> the token of its life
+    killed: list[str] = field(default_factory=list)  # tokens of the lives killed
 
     async def start(self, port: int) -> None:
+        token = f"xoxb-{port}-{len(self.api.teams)}"
+        self.api.teams[token] = TEAM  # one workspace, a token per process life
+        self.tokens[port] = token
         env = {
             **self.env,
-            "SLACK_BOT_TOKEN": "xoxb-test",
+            "SLACK_BOT_TOKEN": token,
             "SLACK_SIGNING_SECRET": SECRET,
             "SLACK_API_URL": self.api.base_url,
             "COMPANION_HTTP_HOST": "127.0.0.1",
@@ -128,6 +138,7 @@ class Replicas:
     def kill(self, port: int) -> None:
         """SIGKILL: no grace, no clean-up, as when a node dies."""
         self.procs[port].kill()
+        self.killed.append(self.tokens[port])
 
     async def stop_all(self) -> dict[int, int]:
         codes = {}
@@ -186,8 +197,19 @@ class Member:
 
     def seen(self, api: FakeSlack) -> list[str]:
         """What the member saw in their DM, in order."""
-        posts = api.called("chat.postMessage")
-        return [p["text"] for p in posts if p.get("channel") == f"D{self.user}"]
+        return [text for text, _ in self.posts(api)]
+
+    def posts(self, api: FakeSlack) -> list[tuple[str, str | None]]:
+        """(text, token of the process that posted it) in the member's DM, in order."""
+        posts = zip(api.called("chat.postMessage"), api.token_of("chat.postMessage"), strict=True)
+        return [(p["text"], token) for p, token in posts if p.get("channel") == f"D{self.user}"]
+
+    def first_posters(self, api: FakeSlack) -> dict[str, str | None]:
+        """Each text's first poster (a process's token)."""
+        found: dict[str, str | None] = {}
+        for text, token in self.posts(api):
+            found.setdefault(text, token)
+        return found
 
 
 async def until_acknowledged(
@@ -231,15 +253,24 @@ async def wait_for_answers(api: FakeSlack, people: Sequence[Member], seconds: fl
     return False
 
 
-def outcome(api: FakeSlack, people: Sequence[Member]) -> dict[str, Any]:
-    """Counts of what members saw: missing, duplicated, out of order."""
+def outcome(api: FakeSlack, people: Sequence[Member], killed: Sequence[str]) -> dict[str, Any]:
+    """Counts of what members saw: missing, duplicated (a second copy of a post the killed
+    process made, or any other), out of order (first copies), unexpected."""
     missing = duplicated = disordered = 0
     sample: list[str] = []
+    doubles: list[str] = []
+    unexpected: list[str] = []
     for member in people:
         seen, want = member.seen(api), expected(member)
+        first_by = member.first_posters(api)
+        for text in {s for s in seen if seen.count(s) > 1}:
+            kind = "after a kill" if first_by[text] in killed else "OTHER"
+            doubles.append(f"{member.user}: {text} ({kind})")
+        unexpected += [f"{member.user}: {s}" for s in seen if s not in want]
         missing += sum(1 for w in set(want) if w not in seen)
         duplicated += len(seen) - len(set(seen))
-        if [s for s in seen if s in want] != [w for w in want if w in seen]:
+        firsts = list(dict.fromkeys(s for s in seen if s in want))
+        if firsts != [w for w in want if w in seen]:
             disordered += 1
             sample = sample or seen
     return {
@@ -248,7 +279,10 @@ def outcome(api: FakeSlack, people: Sequence[Member]) -> dict[str, Any]:
         "answers": len(api.called("chat.postMessage")),
         "missing": missing,
         "duplicated": duplicated,
+        "duplicated, not after a kill": sum(1 for d in doubles if d.endswith("(OTHER)")),
         "members out of order": disordered,
         "retried posts": sum(m.retries for m in people),
         "first out of order": sample,
+        "duplicates": doubles,
+        "unexpected": unexpected,
     }
