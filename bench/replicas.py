@@ -99,6 +99,15 @@ async def run(args: argparse.Namespace) -> int:
         "(its answer, events, outbox and indexes included)"
     )
     print(f"{'resident memory':>22}: " + ", ".join(f"{mb:.0f} MB" for mb in memory))
+    errors = [
+        line.decode(errors="replace")[:1500]
+        for lines in replicas.logs.values()
+        for line in lines
+        if b'"level": "ERROR"' in line
+    ]
+    print(f"{'errors logged':>22}: {len(errors)}")
+    for line in errors[:5]:
+        print("   ", line.strip())
     bad = (
         result["missing"]
         or result["duplicated, not after a kill"]

@@ -29,6 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from adapters.common import SORRY
 from tests.conftest import COMPANION
 from tests.fake_slack import TEAM, FakeSlack, signed
 from tests.rigs import slack_envelope
@@ -260,8 +261,11 @@ def outcome(api: FakeSlack, people: Sequence[Member], killed: Sequence[str]) -> 
     sample: list[str] = []
     doubles: list[str] = []
     unexpected: list[str] = []
+    apologies = 0
     for member in people:
-        seen, want = member.seen(api), expected(member)
+        everything, want = member.seen(api), expected(member)
+        apologies += everything.count(SORRY)  # a failure after the acknowledgement
+        seen = [s for s in everything if s != SORRY]
         first_by = member.first_posters(api)
         for text in {s for s in seen if seen.count(s) > 1}:
             kind = "after a kill" if first_by[text] in killed else "OTHER"
@@ -281,6 +285,7 @@ def outcome(api: FakeSlack, people: Sequence[Member], killed: Sequence[str]) -> 
         "duplicated": duplicated,
         "duplicated, not after a kill": sum(1 for d in doubles if d.endswith("(OTHER)")),
         "members out of order": disordered,
+        "apologies": apologies,
         "retried posts": sum(m.retries for m in people),
         "first out of order": sample,
         "duplicates": doubles,
