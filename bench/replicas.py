@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -100,14 +101,15 @@ async def run(args: argparse.Namespace) -> int:
     )
     print(f"{'resident memory':>22}: " + ", ".join(f"{mb:.0f} MB" for mb in memory))
     errors = [
-        line.decode(errors="replace")[:1500]
+        json.loads(line)
         for lines in replicas.logs.values()
         for line in lines
         if b'"level": "ERROR"' in line
     ]
     print(f"{'errors logged':>22}: {len(errors)}")
-    for line in errors[:5]:
-        print("   ", line.strip())
+    for error in errors:  # the message, and the exception's last line
+        last = (error.get("exc") or "").strip().splitlines()[-1:] or [""]
+        print(f"    {error['message']}: {last[0][:300]}")
     bad = (
         result["missing"]
         or result["duplicated, not after a kill"]

@@ -76,7 +76,7 @@ async def rest_router(app: App) -> AsyncIterator[Router]:
 
             clients: Clients
             if settings.slack_oauth:
-                from bot.platforms import slack_distribution
+                from bot.distribution import slack_distribution
 
                 clients = slack_distribution(app).workspaces.client
             else:

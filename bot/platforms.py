@@ -17,18 +17,16 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiohttp
 
 from adapters.common import Services
 from bot.app import App
 from bot.delivery import Router
+from bot.distribution import slack_distribution
 from bot.health import Health
 from core.errors import ConfigError
-
-if TYPE_CHECKING:
-    from adapters.slack.oauth import Distribution
 
 log = logging.getLogger(__name__)
 FIRST_TRY_SECONDS = 15  # the check at start; after it, retries go on in the background
@@ -123,22 +121,6 @@ async def _slack_identity(client: Any, where: str) -> str:
     return (
         f"connected as @{answer.get('user')} ({answer.get('user_id')}) in workspace "
         f"{answer.get('team')} ({answer.get('team_id')}), {where}"
-    )
-
-
-def slack_distribution(app: App) -> Distribution:
-    """The install flow for any workspace (SLACK_CLIENT_ID), its stores in the app's database."""
-    from adapters.slack.oauth import distribution
-
-    settings = app.settings
-    assert settings.slack_client_id and settings.slack_client_secret
-    return distribution(
-        settings.slack_client_id,
-        settings.slack_client_secret,
-        settings.base_url,
-        app.sessions.kw["bind"],  # the AsyncEngine the sessions are bound to
-        app.tenancy,
-        settings.slack_api_url,
     )
 
 
