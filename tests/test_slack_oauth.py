@@ -28,7 +28,9 @@ from adapters.slack import build_slack_app
 from adapters.slack.events import dm_sender, reply_sender
 from adapters.slack.oauth import SCOPES, Distribution, distribution
 from bot.delivery import Router
+from bot.doctor.platforms import check_platforms
 from bot.health import serving
+from bot.settings import Settings
 from core.errors import NotInstalled
 from core.members.tenancy import Tenancy
 from core.models import AuditEntry, Tenant
@@ -312,3 +314,12 @@ async def test_companion_run_serves_the_install_flow_for_any_workspace(fake, pg_
             _, err = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, err.decode()
         assert b"Traceback" not in err
+
+
+async def test_doctor_says_where_workspaces_install_and_warns_without_a_public_url():
+    env = {"SLACK_CLIENT_ID": CLIENT_ID, "SLACK_CLIENT_SECRET": "c", "SLACK_SIGNING_SECRET": "s"}
+    public = Settings.from_env({**env, "COMPANION_PUBLIC_URL": "https://bot.example.org"})
+    (found,) = await check_platforms(public)
+    assert found.level == "ok" and "https://bot.example.org/slack/install" in found.text
+    (local,) = await check_platforms(Settings.from_env(env))
+    assert local.level == "warn" and "COMPANION_PUBLIC_URL" in local.text
