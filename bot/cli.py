@@ -40,7 +40,7 @@ from bot.doctor import run_doctor
 from bot.eval.runner import add_parser as add_eval_parser
 from bot.eval.runner import run_eval
 from bot.observability import configure_logging, log_options, redact
-from bot.operator import list_openers, parse_now, run_tick
+from bot.operator import erase_tenant, list_openers, parse_now, run_tick
 from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
@@ -228,21 +228,7 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
 
 
 async def _tenant(app: App, args: argparse.Namespace) -> int:
-    members = await app.tenancy.members(args.tenant)
-    if members is None:
-        print(f"nothing to erase: no tenant {args.tenant}", file=sys.stderr)
-        return 0
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("tenant erase erases memory for good: pass --yes to confirm")
-        question = f"Erase ALL memory of {members} members of {args.tenant}? Type yes: "
-        if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
-            print("not erased", file=sys.stderr)
-            return 1
-    erased = await app.tenancy.erase(args.tenant, _operator())
-    assert erased is not None
-    print(f"erased all memory of {erased.members} members of {args.tenant}", file=sys.stderr)
-    return 0
+    return await erase_tenant(app, args.tenant, args.yes, _operator())
 
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:

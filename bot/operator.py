@@ -1,11 +1,14 @@
-"""Operator commands for scheduled interrupts.
+"""Operator commands for scheduled interrupts, and for a whole community.
 
 companion openers list [--due]      what is scheduled, when (UTC and local) and why
 companion tick [--now ISO-8601]     one scheduler pass, as if at that moment
+companion tenant erase T [--yes]    every member's memory in one community, at once
 """
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -60,3 +63,22 @@ def tick_summary(report: TickReport, now: datetime) -> str:
             f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z instead of sent at once"
         )
     return line + f", {kinds.count('upkeep')} upkeep runs"
+
+
+async def erase_tenant(app: App, tenant: str, yes: bool, actor: str) -> int:
+    """Erase a community after a confirmation (a terminal, or --yes); one line says what."""
+    members = await app.tenancy.members(tenant)
+    if members is None:
+        print(f"nothing to erase: no tenant {tenant}", file=sys.stderr)
+        return 0
+    if not yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("tenant erase erases memory for good: pass --yes to confirm")
+        question = f"Erase ALL memory of {members} members of {tenant}? Type yes: "
+        if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
+            print("not erased", file=sys.stderr)
+            return 1
+    erased = await app.tenancy.erase(tenant, actor)
+    assert erased is not None
+    print(f"erased all memory of {erased.members} members of {tenant}", file=sys.stderr)
+    return 0

@@ -128,8 +128,7 @@ class Engine:
             "status": EventStatus.WAITING if hold else EventStatus.PENDING,
             "created_at": self.clock(),
         }
-        # Keys are per agent (migration 0008; with tenant_id first since 0016): the same
-        # platform id from another member (a file shared into two DMs) is theirs, not this.
+        # Keys per agent (migrations 0008, 0016): another member's same platform id is theirs.
         new_id = await session.scalar(
             insert(Event)
             .values(**values)
