@@ -2,7 +2,7 @@
 
 Every row that belongs to a member carries `tenant_id` and `agent_id`; queries filter on both
 (see `core.memory.store`). Deleting an agent cascades to everything it owns. In the database
-every key of a member's data starts with `tenant_id` (migration 0016, ready for Citus); the
+every key of a member's data starts with `tenant_id` (migration 0017, ready for Citus); the
 classes here map rows by `id`, which stays unique on its own.
 
     tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)

@@ -128,7 +128,7 @@ class Engine:
             "status": EventStatus.WAITING if hold else EventStatus.PENDING,
             "created_at": self.clock(),
         }
-        # Keys per agent (migrations 0008, 0016): another member's same platform id is theirs.
+        # Keys per agent (migrations 0008, 0017): another member's same platform id is theirs.
         new_id = await session.scalar(
             insert(Event)
             .values(**values)

@@ -10,16 +10,16 @@ looked up from Slack's team id before any member is known).
 `tenants.departed_at`: when the workspace removed the app (or revoked its bot token). Its
 memory is kept for a grace period (core/members/tenancy.py), then erased.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-02
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

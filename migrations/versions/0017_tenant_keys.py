@@ -20,15 +20,15 @@ database, expect the upgrade to take about as long as a REINDEX of those tables,
 other replicas while it runs (beside busy replicas it may hit a deadlock; the process then
 exits and the next start tries again).
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-02
 """
 
 from alembic import op
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
