@@ -43,7 +43,7 @@ async def main() -> None:
     settings = Settings.from_env(os.environ)
     async with (
         open_app(settings) as app,
-        rest_router(settings) as router,
+        rest_router(app) as router,
         run_module.scheduler_running(app, router) as scheduler,
     ):
         jobs = sorted(scheduler.get_jobs(), key=lambda j: FIRST.index(j.id) if j.id in FIRST else 9)
