@@ -68,6 +68,15 @@ async def ensure_agent(
     return Scope(tenant_id, int(agent_id))
 
 
+async def find_user(session: AsyncSession, tenant: str, user: str) -> User | None:
+    """The member row of platform user `user` in community `tenant`, if there is one."""
+    return await session.scalar(
+        select(User)
+        .join(Tenant, Tenant.id == User.tenant_id)
+        .where(Tenant.key == tenant, User.external_id == user)
+    )
+
+
 async def find_agent(session: AsyncSession, tenant: str, user: str) -> Scope | None:
     row = (
         await session.execute(

@@ -23,7 +23,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
-from core.directory import ensure_agent, find_agent, reset_agent
+from core.directory import ensure_agent, find_agent, find_user, reset_agent
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.audit import record
@@ -111,7 +111,7 @@ class Members:
     async def profile(self, tenant: str, user: str) -> tuple[str | None, str] | None:
         """The member's display name and time zone, for showing times; None if unknown."""
         async with self.sessions() as session:
-            member = await self._user(session, tenant, user)
+            member = await find_user(session, tenant, user)
             return (member.display_name, member.timezone) if member else None
 
     async def view(self, tenant: str, user: str, actor: str | None = None) -> MemoryView | None:
@@ -128,7 +128,7 @@ class Members:
             passages = await session.scalar(
                 select(func.count()).where(Passage.agent_id == scope.agent_id)
             )
-            member = await self._user(session, tenant, user)
+            member = await find_user(session, tenant, user)
             assert member is not None
             return MemoryView(
                 [(b.label, b.value, b.char_limit) for b in blocks],
@@ -223,7 +223,7 @@ class Members:
     async def forget(self, tenant: str, user: str) -> bool:
         """Erase the member: their agent, all its memory, and their settings."""
         async with self.sessions() as session, session.begin():
-            member = await self._user(session, tenant, user)
+            member = await find_user(session, tenant, user)
             if member is None:
                 return False
             await session.execute(delete(User).where(User.id == member.id))
@@ -237,7 +237,7 @@ class Members:
         timezone = changes.pop("timezone", None)
         async with self.sessions() as session, session.begin():
             await ensure_agent(session, tenant, user, self.config)
-            member = await self._user(session, tenant, user)
+            member = await find_user(session, tenant, user)
             assert member is not None
             if timezone is not None:
                 member.timezone = parse_timezone(timezone)
@@ -360,11 +360,3 @@ class Members:
         detail: dict[str, Any],
     ) -> None:
         await record(session, tenant, actor, action, target, detail, self.clock())
-
-    @staticmethod
-    async def _user(session: AsyncSession, tenant: str, user: str) -> User | None:
-        return await session.scalar(
-            select(User)
-            .join(Tenant, Tenant.id == User.tenant_id)
-            .where(Tenant.key == tenant, User.external_id == user)
-        )

@@ -17,8 +17,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
+from core.directory import find_user
 from core.errors import BadSetting
-from core.models import Agent, Tenant, User
+from core.models import Agent, User
 from core.schedule.planning import replan
 
 RECHECK = timedelta(minutes=10)
@@ -56,11 +57,7 @@ class ProfileZones:
         if seen is not None and now - seen < RECHECK:
             return
         async with self.sessions() as session, session.begin():
-            member = await session.scalar(
-                select(User)
-                .join(Tenant, Tenant.id == User.tenant_id)
-                .where(Tenant.key == tenant, User.external_id == user)
-            )
+            member = await find_user(session, tenant, user)
             if member is None:
                 return
             if not (member.settings or {}).get("timezone_from"):
