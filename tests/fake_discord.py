@@ -7,7 +7,8 @@ user and application, typing, messages (given ids, echoed back), DM channels (40
 in `closed_dms`), interaction callbacks (`with_response` shape), webhook follow-ups and
 edits, command sync, and attachment downloads from `files`. Reading back: a channel's
 `history` (what members posted, as message payloads; `GET /channels/{id}/messages` with
-`after` and `limit`, newest first as Discord answers) and `GET /channels/{id}` (from
+`after` and `limit`, newest first as Discord answers; the bot's own posts too, kept in
+`posted` with snowflakes of the time they were made) and `GET /channels/{id}` (from
 `channels`, or a DM channel of `dm_channels`). `on_call(call)`, when set, runs as each
 request arrives; `typing_status` is what the typing endpoint answers (204).
 
@@ -31,8 +32,10 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+import discord
 from aiohttp import web
 
 _ids = itertools.count(1_300_000_000_000_000_001)
@@ -81,9 +84,12 @@ class FakeDiscord:
         self.dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self.shown: dict[int, dict[str, Any]] = {}  # interaction id -> the message it showed
         self.history: dict[int, list[dict[str, Any]]] = {}  # channel id -> posted messages
+        self.posted: dict[int, list[dict[str, Any]]] = {}  # channel id -> the bot's messages
+        self._last_post = 0
         self.channels: dict[int, dict[str, Any]] = {}  # channel id -> its payload
         self.on_call: Callable[[Call], Awaitable[None]] | None = None
         self.typing_status = 204
+        self.history_refused: set[int] = set()  # channels where reading back answers 403
         self.token_refused = False  # True: every call answers 401, as for a reset token
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -243,6 +249,8 @@ class FakeDiscord:
                 return _error(self.typing_status, 50013, "Missing Permissions")
             return web.Response(status=204)
         if method == "GET" and (match := re.fullmatch(r"/channels/(\d+)/messages", path)):
+            if int(match[1]) in self.history_refused:
+                return _error(403, 50001, "Missing Access")
             return _json(self._read_back(int(match[1]), call.query))
         if method == "GET" and (match := re.fullmatch(r"/channels/(\d+)", path)):
             return self._channel(int(match[1]))
@@ -262,7 +270,8 @@ class FakeDiscord:
 
     def _read_back(self, channel_id: int, query: dict[str, str]) -> list[dict[str, Any]]:
         after, limit = int(query.get("after", 0)), int(query.get("limit", 50))
-        posted = sorted(self.history.get(channel_id, []), key=lambda m: int(m["id"]))
+        everything = self.history.get(channel_id, []) + self.posted.get(channel_id, [])
+        posted = sorted(everything, key=lambda m: int(m["id"]))
         return [m for m in posted if int(m["id"]) > after][:limit][::-1]
 
     def _channel(self, channel_id: int) -> web.Response:
@@ -288,10 +297,23 @@ class FakeDiscord:
         }
 
     def _message(self, channel_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        payload = message(self.bot, channel_id, body.get("content") or "")
+        """The bot's post, kept for reading back: its id is a real snowflake of now (as
+        Discord's are), so `after=<time>` finds it. With `enforce_nonce`, a nonce the bot
+        already used in the channel returns that message and posts nothing (as Discord does
+        for a few minutes)."""
+        if body.get("enforce_nonce") and "nonce" in body:
+            for earlier in self.posted.get(channel_id, []):
+                if earlier.get("nonce") == body["nonce"]:
+                    return earlier
+        self._last_post = max(discord.utils.time_snowflake(datetime.now(UTC)), self._last_post + 1)
+        content = body.get("content") or ""
+        payload = message(self.bot, channel_id, content, message_id=self._last_post)
         payload["flags"] = body.get("flags", 0)
+        if "nonce" in body:
+            payload["nonce"] = body["nonce"]
         if "message_reference" in body:
             payload["message_reference"] = body["message_reference"]
+        self.posted.setdefault(channel_id, []).append(payload)
         return payload
 
     def _callback(self, interaction_id: int, body: dict[str, Any]) -> dict[str, Any]:

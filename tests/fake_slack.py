@@ -85,6 +85,8 @@ class FakeSlack:
         self._runner: web.AppRunner | None = None
         self.root = ""
         self._ts = 1000
+        self._clock_ts = 0.0  # the last posted message's ts: Slack's are times, unique per channel
+        self.posted: dict[str, list[dict[str, Any]]] = {}  # channel -> messages, oldest first
         self.tokens: list[str | None] = []  # the bot token of each call in `calls`
         self.teams: dict[str, str] = {"xoxb-test": TEAM}  # bot token -> its workspace
         self.expiry: dict[str, float] = {}  # rotating token -> when it stops working
@@ -207,7 +209,9 @@ class FakeSlack:
         if method == "conversations.open":
             return {"channel": {"id": f"D{args.get('users', 'X')}"}}
         if method == "chat.postMessage":
-            return {"channel": args.get("channel"), "ts": f"{self._ts}.000100"}
+            return self._post(args)
+        if method in ("conversations.history", "conversations.replies"):
+            return {"messages": self._read_back(method, args), "has_more": False}
         if method == "files.getUploadURLExternal":
             file_id = f"F{self._ts}"
             return {"upload_url": f"{self.root}/upload/{file_id}", "file_id": file_id}
@@ -215,6 +219,35 @@ class FakeSlack:
             files = json.loads(args.get("files", "[]"))
             return {"files": [{"id": f["id"], "title": f.get("title")} for f in files]}
         return {}
+
+    def _post(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._clock_ts = max(time.time(), self._clock_ts + 0.000001)
+        message: dict[str, Any] = {"type": "message", "user": BOT_USER, "text": args.get("text")}
+        message["ts"] = f"{self._clock_ts:.6f}"
+        if args.get("thread_ts"):
+            message["thread_ts"] = args["thread_ts"]
+        metadata = args.get("metadata")
+        if metadata:
+            message["metadata"] = json.loads(metadata) if isinstance(metadata, str) else metadata
+        self.posted.setdefault(args.get("channel") or "", []).append(message)
+        return {"channel": args.get("channel"), "ts": message["ts"]}
+
+    def _read_back(self, method: str, args: dict[str, Any]) -> list[dict[str, Any]]:
+        """What conversations.history (top-level messages) or .replies (one thread) gives:
+        newest first, from `oldest` on, metadata only with include_all_metadata."""
+        oldest = float(args.get("oldest") or 0)
+        posted = self.posted.get(args.get("channel") or "", [])
+        if method == "conversations.replies":
+            posted = [m for m in posted if m.get("thread_ts") == args.get("ts")]
+        else:
+            posted = [m for m in posted if not m.get("thread_ts")]
+        with_metadata = str(args.get("include_all_metadata")).lower() in ("true", "1")
+        found = [
+            m if with_metadata else {k: v for k, v in m.items() if k != "metadata"}
+            for m in posted
+            if float(m["ts"]) > oldest
+        ]
+        return found[::-1][: int(args.get("limit") or 100)]
 
     async def _socket_mode(self, request: web.Request) -> web.WebSocketResponse:
         socket = web.WebSocketResponse()

@@ -10,9 +10,9 @@ retried otherwise with `X-Slack-Retry-Num`, and the next message goes only once 
 one was acknowledged. What the member sees is FakeSlack's chat.postMessage calls in their DM.
 
 Each life of each process has a bot token of its own (all of one workspace), so FakeSlack's
-record says which process posted what: a reply posted by a process that was killed before it
-could mark the reply sent is posted again by whoever finishes the job. That window, the post
-in flight at the kill, is the one place an answer can be seen twice (`outcome` counts them).
+record says which process posted what: were a reply posted by a process killed before it
+could mark it sent posted again by whoever finishes the job, `outcome` would count the second
+copy (and say whether the first came from a killed process).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from adapters.common import Services
 from adapters.slack.events import dm_sender, one_workspace, reply_sender
@@ -101,3 +101,77 @@ async def test_a_members_answers_go_out_in_the_order_they_wrote(engine):
     second = InboundEvent(EventKind.USER_MESSAGE, "second", "k2", {"where": "thread 2"})
     await engine.converse(scope, second, send=here)
     assert seen == [("thread 1", "You said: first"), ("thread 2", "You said: second")]
+
+
+async def _killed_after_posting(sessions, api, keep_parts: int | None = None) -> None:
+    """What a SIGKILL between the post and marking it sent leaves: the member has the post
+    (or its first `keep_parts` parts), the outbox says it was never sent."""
+    async with sessions() as session, session.begin():
+        await session.execute(update(Reply).values(delivered_at=None))
+    if keep_parts is not None:
+        for channel in api.posted.values():
+            del channel[keep_parts:]
+
+
+async def test_a_reply_posted_before_a_kill_is_not_posted_again(slack, engine, sessions, clock):
+    rig, router = slack
+    api = rig.api
+    await rig.dispatch(slack_message(text="the blue door is mine"))
+    await _killed_after_posting(sessions, api)
+
+    clock.advance(minutes=1)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    seen = [m["text"] for m in api.posted["D1"]]
+    assert seen == ["You said: the blue door is mine"]  # once, as the member sees it
+    async with sessions() as session:
+        assert (await session.scalar(select(Reply))).delivered_at is not None
+
+
+async def test_only_the_parts_a_kill_cut_off_are_posted(slack, engine, sessions, clock):
+    rig, router = slack
+    api = rig.api
+    long = " ".join(f"word{i}" for i in range(700))  # about 5,000 characters: two posts
+    await rig.dispatch(slack_message(text=long))
+    whole = [m["text"] for m in api.posted["D1"]]
+    assert len(whole) == 2
+    await _killed_after_posting(sessions, api, keep_parts=1)
+
+    clock.advance(minutes=1)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert [m["text"] for m in api.posted["D1"]] == whole
+
+
+async def test_the_next_message_does_not_repeat_an_answer_a_kill_left_unmarked(
+    slack, engine, sessions
+):
+    """The member's next message, handled elsewhere, sends earlier waiting answers first:
+    one that was in fact posted is not posted again."""
+    rig, router = slack
+    api = rig.api
+    engine.outbox.platforms = router
+    await rig.dispatch(slack_message(text="first"))
+    await _killed_after_posting(sessions, api)
+    await rig.dispatch(slack_message(text="second"))
+    assert [m["text"] for m in api.posted["D1"]] == ["You said: first", "You said: second"]
+
+
+async def test_without_the_history_scope_a_reply_goes_out_again_rather_than_never(
+    slack, engine, sessions, clock, caplog
+):
+    rig, router = slack
+    api = rig.api
+    await rig.dispatch(slack_message(text="hello there"))
+    await _killed_after_posting(sessions, api)
+    api.fail_methods["conversations.history"] = "missing_scope"
+
+    clock.advance(minutes=1)
+    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert [m["text"] for m in api.posted["D1"]] == ["You said: hello there"] * 2
+    assert "missing_scope" in caplog.text
+
+
+async def test_a_first_delivery_does_not_read_the_channel(slack):
+    """Looking costs a history call (rate-limited by Slack): only retries look."""
+    rig, _ = slack
+    await rig.dispatch(slack_message(text="hi"))
+    assert rig.api.called("chat.postMessage") and not rig.api.called("conversations.history")

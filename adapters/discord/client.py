@@ -26,12 +26,11 @@ from adapters.discord.catchup import catch_up
 from adapters.discord.commands import CommandState, CompanionTree, add_commands
 from adapters.discord.messages import (
     CHAT_TYPES,
-    DISCORD_LIMIT,
     addressed_to,
     guild_id_of,
     handle_message,
 )
-from adapters.text import split_message
+from adapters.discord.posting import post_reply
 from core.events import EventKind, InboundEvent
 
 log = logging.getLogger(__name__)
@@ -55,19 +54,19 @@ def companion_intents() -> discord.Intents:
 class DirectMessages:
     """The `send` callback for a member's DMs; closed DMs (403) are logged and given up."""
 
-    def __init__(self, member: discord.Member) -> None:
+    def __init__(self, member: discord.Member, me: discord.abc.User | None) -> None:
         self.member = member
+        self.me = me
         self.closed = False
 
     async def __call__(self, text: str) -> None:
-        for part in split_message(text, DISCORD_LIMIT):
-            if self.closed:
-                return
-            try:
-                await self.member.send(part)
-            except discord.Forbidden:
-                self.closed = True
-                log.info("member %s of guild %s takes no DMs", self.member.id, self.member.guild.id)
+        if self.closed:
+            return
+        try:
+            await post_reply(await self.member.create_dm(), self.me, text)
+        except discord.Forbidden:
+            self.closed = True
+            log.info("member %s of guild %s takes no DMs", self.member.id, self.member.guild.id)
 
 
 Status = Callable[[str, str], None]  # (state, detail): see bot.health
@@ -194,4 +193,4 @@ class CompanionClient(discord.Client):
             dedup_key=f"discord:join:{member.guild.id}:{member.id}",
             meta={"platform": "discord", "guild_id": str(member.guild.id)},
         )
-        await engine.converse(scope, event, send=DirectMessages(member))
+        await engine.converse(scope, event, send=DirectMessages(member, self.user))

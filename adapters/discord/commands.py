@@ -40,7 +40,7 @@ from adapters.common import (
     export_bytes,
     memory_text,
 )
-from adapters.discord.messages import DISCORD_LIMIT
+from adapters.discord.posting import DISCORD_LIMIT
 from adapters.text import split_message
 from core.errors import BadSetting
 

@@ -11,15 +11,13 @@ from typing import Any
 
 import discord
 
-from adapters.discord.messages import DISCORD_LIMIT
-from adapters.text import split_message
+from adapters.discord.posting import post_reply
 
 
 def dm_sender(client: discord.Client):
     async def send(tenant: str, user: str, text: str) -> None:
         member = await client.fetch_user(int(user))
-        for part in split_message(text, DISCORD_LIMIT):
-            await member.send(part)
+        await post_reply(await member.create_dm(), client.user, text)
 
     return send
 
@@ -37,8 +35,7 @@ def reply_sender(client: discord.Client):
             channel = client.get_channel(int(channel_id)) or await client.fetch_channel(
                 int(channel_id)
             )
-            for part in split_message(text, DISCORD_LIMIT):
-                await channel.send(part)  # type: ignore[union-attr]
+            await post_reply(channel, client.user, text)  # type: ignore[arg-type]
 
         return send
 

@@ -25,13 +25,12 @@ from typing import Any
 import discord
 
 from adapters.common import Services
+from adapters.discord.posting import post_reply
 from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
-from adapters.text import split_message
 from core.errors import EventTooLarge, UploadRejected
 
 log = logging.getLogger(__name__)
 
-DISCORD_LIMIT = 2000
 CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 DOWNLOAD_FAILED = "I couldn't download {name} from Discord; please try sending it again."
 
@@ -77,18 +76,17 @@ def spoken_text(message: discord.Message, me: discord.abc.User) -> str:
 class ChannelReplies:
     """Sends replies to where the member spoke; in a server the first part quotes them."""
 
-    def __init__(self, message: discord.Message) -> None:
+    def __init__(self, message: discord.Message, me: discord.abc.User) -> None:
         self.message = message
+        self.me = me
         self.quote = guild_id_of(message) is not None
 
     async def __call__(self, text: str) -> None:
-        for part in split_message(text, DISCORD_LIMIT):
-            if self.quote:
-                reference = self.message.to_reference(fail_if_not_exists=False)
-                await self.message.channel.send(part, reference=reference)
-                self.quote = False
-            else:
-                await self.message.channel.send(part)
+        reference = None
+        if self.quote:
+            reference = self.message.to_reference(fail_if_not_exists=False)
+            self.quote = False
+        await post_reply(self.message.channel, self.me, text, reference)
 
 
 def _meta(message: discord.Message) -> dict[str, Any]:
@@ -129,7 +127,7 @@ async def handle_message(
     if not text and not files:
         text = message.clean_content  # a bare mention: the member called the bot
     event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
-    reply = ChannelReplies(message)
+    reply = ChannelReplies(message, me)
     async with engine.activity.working():
         scope = await engine.agent(tenant, str(author.id), author.display_name)
         try:

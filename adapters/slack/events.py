@@ -30,7 +30,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.common import WELCOME_EVENT, Services
 from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
 from adapters.slack.later import after_ack
-from adapters.text import split_message, to_slack_mrkdwn
+from adapters.slack.posting import post_reply
 from core.errors import EventTooLarge, UploadRejected
 from core.events import EventKind, InboundEvent
 from core.members.documents import MAX_UPLOAD_BYTES
@@ -38,7 +38,6 @@ from core.runtime.engine import Engine
 from core.scope import Scope
 
 log = logging.getLogger(__name__)
-SLACK_TEXT_LIMIT = 3000  # a section block's text limit
 THINKING = "thinking_face"
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=60)
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
@@ -65,20 +64,9 @@ def tenant_of(body: dict[str, Any], event: dict[str, Any]) -> str:
     return tenant_key(body.get("team_id") or event.get("team") or "")
 
 
-def no_pings(text: str) -> str:
-    """The model's words must not ping a channel or people: escape Slack's special links."""
-    return re.sub(r"<([!@#])", r"&lt;\1", text)
-
-
 def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
     async def send(text: str) -> None:
-        for part in split_message(no_pings(to_slack_mrkdwn(text)), SLACK_TEXT_LIMIT):
-            await client.chat_postMessage(
-                channel=channel,
-                thread_ts=thread_ts,
-                text=part,
-                blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": part}}],
-            )
+        await post_reply(client, channel, thread_ts, text)
 
     return send
 

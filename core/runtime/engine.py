@@ -350,7 +350,8 @@ class Engine:
             if send is None:
                 replies = await self.outbox.take_replies(event_id)
             else:
-                replies = await self.outbox.deliver(scope, event_id, send)
+                fresh = event_id in results  # handled by this drain: nobody posted yet
+                replies = await self.outbox.deliver(scope, event_id, send, fresh)
             return Exchange(event_id, replies, results.get(event_id))
 
     async def release_stale(self) -> int:

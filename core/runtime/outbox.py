@@ -1,9 +1,9 @@
 """Getting replies out: the outbox, where a turn's replies wait until they are delivered.
 
-    deliver(scope, event_id, send)  send an event's replies through the channel of `scope`'s
-                                  member, each locked while sent, marked after; a reply of
-                                  any other agent is refused (logged, never sent). With
-                                  `platforms` set, the member's earlier replies still
+    deliver(scope, event_id, send, fresh)  send an event's replies through the channel of
+                                  `scope`'s member, each locked while sent, marked after; a
+                                  reply of any other agent is refused (logged, never sent).
+                                  With `platforms` set, the member's earlier replies still
                                   waiting go first, back where each was asked
     redeliver(older_than, platforms)  retry replies that did not go out (platform down, crash)
     undelivered(event_id)         what is still waiting for an event
@@ -11,13 +11,26 @@
     take_waiting(scope)           take replies nobody took: openers for a terminal member,
                                   replies whose sender crashed
 
+    posting()                     inside a `Send`: the reply being sent (see `Posting`)
+
 The engine owns one `Outbox` (`engine.outbox`); front ends deliver through it.
+
+Seen once: a process killed after a post went out but before the reply was marked leaves a
+reply that looks unsent. Every send runs with a `Posting` in context: its `key` names the
+reply, and `since` is set on every attempt but the first (the one right after the turn that
+wrote it), meaning "an earlier attempt may have posted this since then". A platform that can
+(Slack: message metadata; Discord: the bot's own messages and nonces) tags each post with the
+key and, when `since` is set, looks for its own tagged posts first and sends only the parts
+not found. The check is the platform's; where it cannot look, the reply goes out again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,6 +46,33 @@ log = logging.getLogger(__name__)
 MAX_DELIVERY_ATTEMPTS = 10
 
 
+@dataclass(frozen=True)
+class Posting:
+    """The reply a `Send` is sending: `key` names it (the same on every attempt); `since`,
+    when set, says an earlier attempt may have posted it (or some of its parts) since then."""
+
+    key: str
+    since: datetime | None = None
+
+
+_POSTING: ContextVar[Posting | None] = ContextVar("companion_posting", default=None)
+
+
+def posting() -> Posting | None:
+    """The reply being sent, for a `Send` that makes its posts idempotent (None elsewhere)."""
+    return _POSTING.get()
+
+
+@contextmanager
+def _sending(reply: Reply, first: bool) -> Iterator[None]:
+    since = None if first and reply.attempts == 0 else reply.created_at
+    token = _POSTING.set(Posting(f"r{reply.id}", since))
+    try:
+        yield
+    finally:
+        _POSTING.reset(token)
+
+
 class Outbox:
     def __init__(
         self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime]
@@ -43,8 +83,13 @@ class Outbox:
         # so that answers go out in the order the member wrote (see `_earlier_first`).
         self.platforms: Platforms | None = None
 
-    async def deliver(self, scope: Scope, event_id: int, send: Send) -> list[str]:
+    async def deliver(
+        self, scope: Scope, event_id: int, send: Send, fresh: bool = False
+    ) -> list[str]:
         """Send the event's undelivered replies in order, each marked delivered once sent.
+
+        `fresh`: this process handled the event just now, so no earlier attempt can have
+        posted its replies (any other caller may be finishing a killed process's work).
 
         `send` is the channel of `scope`'s member: a reply of any other agent is never sent
         through it (an error is logged and nothing goes out), whatever id the caller had.
@@ -85,7 +130,8 @@ class Outbox:
                     )
                     return sent
                 try:
-                    await send(reply.text)
+                    with _sending(reply, first=fresh):
+                        await send(reply.text)
                 except Exception as error:
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]
@@ -118,7 +164,8 @@ class Outbox:
                 reply, tenant, user, payload = found
                 try:
                     send = self.platforms.reply_route(tenant, user, payload.get("meta") or {})
-                    await send(reply.text)
+                    with _sending(reply, first=False):
+                        await send(reply.text)
                 except Exception as error:  # that channel is down: ours may not be
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]

@@ -40,24 +40,24 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
         found = await claim_due(session, now, engine.mind.config.schedule)
     report = TickReport(found.claimed, found.respread)
     for claim in found.claimed:
-        await engine.drain(claim.scope)
+        handled = {result.event_id for result in await engine.drain(claim.scope)}
         if claim.purpose != "opener":
             continue
         if not await engine.outbox.undelivered(claim.event_id):
             report.silent += 1
         elif platforms is None:
             report.undelivered += 1
-        elif await _deliver(engine, claim, platforms):
+        elif await _deliver(engine, claim, platforms, claim.event_id in handled):
             report.sent += 1
         else:
             report.undelivered += 1
     return report
 
 
-async def _deliver(engine: Engine, claim: Claim, platforms: Platforms) -> bool:
+async def _deliver(engine: Engine, claim: Claim, platforms: Platforms, fresh: bool) -> bool:
     try:
         route = platforms.direct(claim.tenant, claim.user)
-        await engine.outbox.deliver(claim.scope, claim.event_id, route)
+        await engine.outbox.deliver(claim.scope, claim.event_id, route, fresh)
     except NoPlatform:  # e.g. the terminal: it waits for the member's next chat
         return False
     except Exception:

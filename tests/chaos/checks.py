@@ -38,7 +38,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.slack.events import SLACK_TEXT_LIMIT, no_pings
+from adapters.slack.posting import SLACK_TEXT_LIMIT, no_pings
 from adapters.text import split_message, to_slack_mrkdwn
 from tests.chaos.model import Ledger, members_in
 from tests.chaos.plan import Item, Member

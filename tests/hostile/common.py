@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-import adapters.slack.events as slack_events
+import adapters.slack.posting as slack_posting
 from adapters.common import SORRY
 from core.config import EngineConfig
 from core.models import Agent, AuditEntry, Message, Tenant, User
@@ -31,7 +31,7 @@ from tests.rigs import DiscordRig, SlackRig
 
 CONFIG = EngineConfig(rate_limit=None)
 WINDOW = CONFIG.context_window
-SLACK_LIMIT = slack_events.SLACK_TEXT_LIMIT
+SLACK_LIMIT = slack_posting.SLACK_TEXT_LIMIT
 SLACK_TENANT = f"slack:{TEAM}"
 GUILD = 1_200_000_000_000_000_001
 GENERAL = 1_200_000_000_000_000_002

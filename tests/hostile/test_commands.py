@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from adapters.common import FORGET_ASK, NOT_ADMIN, NOTHING_YET, SORRY
-from adapters.discord.messages import DISCORD_LIMIT
+from adapters.discord.posting import DISCORD_LIMIT
 from adapters.slack.commands import RESET
 from tests.conftest import COMPANION, ROOT, cli_env
 from tests.fake_discord import MANAGE_GUILD, snowflake, subcommand, user

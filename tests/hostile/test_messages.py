@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-import adapters.slack.events as slack_events
-from adapters.discord.messages import DISCORD_LIMIT
+from adapters.discord.posting import DISCORD_LIMIT
+from adapters.text import to_slack_mrkdwn
 from core.errors import EventTooLarge
 from core.events import MAX_EVENT_CHARS, EventKind, InboundEvent, clean_text
 from core.models import Block, Event, Message
@@ -359,7 +359,7 @@ async def test_model_reply_through_slack(slack, module_fake, name):
     module_fake.brain = lambda body: summary_of(body) if is_summary_request(body) else say(reply)
     status, posts = await slack_dispatch(slack, slack_message(slack_uid(), "show me", "D6"))
     assert status == 200
-    assert_parts(slack_texts(posts), SLACK_LIMIT, slack_events.to_slack_mrkdwn(reply))
+    assert_parts(slack_texts(posts), SLACK_LIMIT, to_slack_mrkdwn(reply))
 
 
 SPLIT_PROBE = """

@@ -15,7 +15,7 @@ import pytest
 import core.members.documents as documents
 import core.memory.tokens as tokens
 from adapters.common import SORRY
-from adapters.discord.messages import DISCORD_LIMIT
+from adapters.discord.posting import DISCORD_LIMIT
 from core.errors import UploadRejected
 from core.members.documents import MAX_UPLOAD_BYTES, chunk_text
 from core.models import Event, Passage
