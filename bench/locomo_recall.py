@@ -109,11 +109,11 @@ class CachedEmbedder:
             self.path.write_bytes(pickle.dumps(self.vectors))
 
 
-def names_of(sample: dict[str, Any]) -> tuple[str, ...]:
-    """The names conversation_search leaves out: the member's, and the one the persona gives."""
+def names_of(sample: dict[str, Any]) -> dict[str, str | None]:
+    """The names conversation_search knows: the member's, and the one the persona gives."""
     conversation = sample["conversation"]
     persona = persona_of(conversation)
-    return tuple(n for n in (conversation["speaker_a"], agent_name(persona)) if n)
+    return {"member_name": conversation["speaker_a"], "agent_name": agent_name(persona)}
 
 
 # ---------------------------------------------------------------- reference BM25
@@ -244,7 +244,7 @@ async def main() -> None:
                     EngineConfig(page_size=max(ks)),
                     datetime.now(UTC),
                     embedder=embedder,
-                    names=names_of(sample),
+                    **names_of(sample),
                 )
                 for qa in sample["qa"]:
                     gold = parse_evidence(qa.get("evidence") or [], known, evidence)
@@ -287,7 +287,8 @@ async def main() -> None:
                 "search": f"core.memory.tools.find_messages(question, page 1) with page_size "
                 f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
                 f"RRF k {ranking.RRF_K}, "
-                f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}",
+                f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
+                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}",
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
                 f"for {turns} turns)",
                 "reference": "Okapi BM25 k1=1.2 b=0.75 on the same 'english' lexemes (Python)",

@@ -162,6 +162,35 @@ async def test_conversation_search_leaves_names_out_and_shows_pages_and_dates(
     assert "what did I plant" not in first + second  # the question itself is not a result
 
 
+async def test_a_search_naming_the_member_finds_their_words_before_the_agents(
+    make_engine_for, sessions, fake
+):
+    """Both sides talked about a dog; the model asks for Ana's: her own message comes
+    first, and the agent's is still in the list."""
+    engine = make_engine_for(embeddings=True)
+    scope = await engine.agent("t", "u1", "Ana")
+    fake.brain = lambda body: say("My dog is called Bolt and he loves the park.")
+    await talk(engine, scope, "my dog is called Rex and he loves the park")
+    for n in range(8):
+        fake.brain = lambda body, n=n: say(f"the park had dogs on day {n}")
+        await talk(engine, scope, f"more dogs in the park on day {n}")
+    await embed_missing(sessions, engine.mind.embedder)
+    fake.requests.clear()
+    fake.brain = script(
+        calls(tool_call("conversation_search", query="Ana's dog called park")),
+        calls(tool_call("conversation_search", query="Companion's dog called park")),
+        say("Rex."),
+    )
+    await talk(engine, scope, "what is my dog called?")
+    for_ana, for_agent = (shown_results(r)[0] for r in fake.chat_requests[1:3])
+    first = [line for line in for_ana.splitlines() if line.startswith("- [")][0]
+    assert "user] my dog is called Rex" in first
+    first = [line for line in for_agent.splitlines() if line.startswith("- [")][0]
+    assert "assistant] My dog is called Bolt" in first
+    # the other side's words are ranked lower, not left out: every message is a result
+    assert "(18 results)" in for_ana and "(18 results)" in for_agent
+
+
 async def test_archival_search_fuses_words_and_meaning(sessions):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())

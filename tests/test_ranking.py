@@ -1,6 +1,7 @@
-"""Pure ranking decisions: fusion of ranked lists, and names left out of a query."""
+"""Pure ranking decisions: fusion of ranked lists, names left out of a query, and the
+speaker a query names."""
 
-from core.memory.ranking import agent_name, clean_query, fuse
+from core.memory.ranking import agent_name, clean_query, fuse, named_speaker
 
 
 def test_a_row_found_by_both_rankings_rises_above_rows_found_by_one():
@@ -37,3 +38,19 @@ def test_the_agent_is_named_by_its_persona():
     assert agent_name("I am Companion, a warm friend.") == "Companion"
     assert agent_name("Hi. My name is Sam and I like tea.") == "Sam"
     assert agent_name("A friendly helper.") is None
+
+
+def test_a_query_naming_one_speaker_asks_for_that_speakers_messages():
+    assert named_speaker("What did Caroline research?", "Caroline", "Melanie") == "user"
+    assert named_speaker("where has melanie's family camped", "Caroline", "Melanie") == (
+        "assistant"
+    )
+    assert named_speaker("Smith's new job", "Ann Smith", "Companion") == "user"
+
+
+def test_a_query_naming_both_or_neither_prefers_no_side():
+    assert named_speaker("When did Caroline meet Melanie?", "Caroline", "Melanie") is None
+    assert named_speaker("the dog's name", "Caroline", "Melanie") is None
+    assert named_speaker("Carolines", "Caroline", "Melanie") is None  # another word
+    assert named_speaker("Ann", None, None) is None
+    assert named_speaker("Sam's plan", "Sam", "Sam") is None  # the same name: no side

@@ -53,7 +53,6 @@ async def locomo_recall(
     progress(0, total)
     for sample, (scope, dia_of) in zip(samples, loaded, strict=True):
         conversation = sample["conversation"]
-        names = (conversation["speaker_a"], agent_name(persona_of(conversation)))
         async with sessions() as session:
             ctx = ToolContext(
                 AgentStore(session, scope, EngineConfig().max_message_tokens),
@@ -61,7 +60,8 @@ async def locomo_recall(
                 EngineConfig(page_size=max(KS)),
                 datetime.now(UTC),
                 embedder=embedder,
-                names=tuple(n for n in names if n),
+                member_name=conversation["speaker_a"],
+                agent_name=agent_name(persona_of(conversation)),
             )
             for qa in sample["qa"]:
                 gold = parse_evidence(qa.get("evidence") or [], set(dia_of.values()), evidence)

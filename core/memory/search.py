@@ -1,6 +1,7 @@
 """Recall and archival search, paginated: full text and vectors, fused.
 
-    recall_search(..., embedding)      messages: key words and meaning, fused by rank
+    recall_search(..., embedding, speaker)  messages: key words and meaning, fused by rank;
+                                       the named speaker's own messages first
     recall_by_date(...)                messages of a date range, oldest first
     archival_search(..., embedding)    passages: the same fusion
 
@@ -11,7 +12,9 @@ Postgres' `english` configuration. With a query embedding, the nearest rows by c
 distance (pgvector HNSW, iterative scans so that filtering to one agent still fills the
 list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a row found
 by both rises, and a row without a vector yet is still found by its words. The fused list
-is `DEPTH` deep per side, so "page p of n" counts that list.
+is `DEPTH` deep per side, so "page p of n" counts that list. When the query names one
+speaker (`speaker`: a role), that speaker's messages of the fused list are ranked once more,
+so they come first without the other side's being left out.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.memory.ranking import ANCHORS, DEPTH, NEIGHBOUR_WEIGHTS, fuse
+from core.memory.ranking import ANCHORS, DEPTH, NEIGHBOUR_WEIGHTS, SPEAKER_WEIGHT, fuse
 from core.scope import Scope
 
 
@@ -132,16 +135,18 @@ async def recall_search(
     page_size: int = 5,
     skip_event: int | None = None,
     embedding: Sequence[float] | None = None,
+    speaker: str | None = None,
 ) -> Page:
     """Messages (either side) sharing key words with `query`, or near it in meaning, best first.
 
     `skip_event` leaves out the messages of the event being handled (the question itself).
-    Without `embedding`, key words alone, and every match counts in the total.
+    `speaker` ("user" or "assistant"): the side the query asks about, whose messages rank
+    higher. Without `embedding`, key words alone, and every match counts in the total.
     """
     if embedding is None:
         return await _keyword_search(session, scope, "messages", query, page, page_size, skip_event)
     return await _hybrid_search(
-        session, scope, "messages", query, embedding, page, page_size, skip_event
+        session, scope, "messages", query, embedding, page, page_size, skip_event, speaker
     )
 
 
@@ -228,6 +233,11 @@ CROSS JOIN LATERAL (
 ORDER BY a.pos, abs(n.step), n.step
 """
 
+_ROLES_SQL = """
+SELECT r.id FROM messages r
+WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids) AND r.role = :role
+"""
+
 _ROWS_SQL = """
 SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at FROM {table} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
@@ -262,6 +272,7 @@ async def _hybrid_search(
     page: int,
     page_size: int,
     skip_event: int | None = None,
+    speaker: str | None = None,
 ) -> Page:
     columns = _columns(table)
     params = {
@@ -281,7 +292,17 @@ async def _hybrid_search(
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:
         near, further = await _neighbours(session, columns, params, fused[:ANCHORS])
-        fused = fuse([by_words, by_meaning, near, further], NEIGHBOUR_WEIGHTS)
+        rankings, weights = [by_words, by_meaning, near, further], list(NEIGHBOUR_WEIGHTS)
+        fused = fuse(rankings, weights)
+        if speaker is not None:
+            said = {
+                r.id
+                for r in await session.execute(
+                    text(_ROLES_SQL), {**params, "ids": fused, "role": speaker}
+                )
+            }
+            rankings.append([row_id for row_id in fused if row_id in said])
+            fused = fuse(rankings, [*weights, SPEAKER_WEIGHT])
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:

@@ -19,7 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
-from core.memory.ranking import clean_query
+from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
 from core.models import Block
@@ -54,7 +54,13 @@ class ToolContext:
     may_send: bool = True
     sent: list[str] = field(default_factory=list)
     refused_sends: int = 0  # send_message calls over the per-turn cap: the turn ends
-    names: tuple[str, ...] = ()  # the member's and the agent's: left out of search queries
+    # Left out of search queries; a query naming one of them prefers that one's messages.
+    member_name: str | None = None
+    agent_name: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.member_name, self.agent_name) if n)
 
 
 def _block(ctx: ToolContext, label: str) -> Block:
@@ -187,10 +193,12 @@ async def _query_vector(ctx: ToolContext, query: str) -> tuple[list[float] | Non
 async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Page, str]:
     """What `conversation_search` finds: the page, and a note when meaning was not used."""
     cleaned = clean_query(query, ctx.names)
+    speaker = named_speaker(query, ctx.member_name, ctx.agent_name)
     embedding, note = await _query_vector(ctx, cleaned)
     store = ctx.store
+    size = ctx.config.page_size
     found = await recall_search(
-        store.session, store.scope, cleaned, page, ctx.config.page_size, ctx.event_id, embedding
+        store.session, store.scope, cleaned, page, size, ctx.event_id, embedding, speaker
     )
     return found, note
 
@@ -200,7 +208,7 @@ async def conversation_search(
 ) -> str:
     """Search all past messages, including those no longer in view, by key words and meaning.
 
-    query: what to look for: key words, names of things, or a short paraphrase
+    query: key words, names of things, or a short paraphrase; name a person for their words
     page: which page of results, from 1
     request_heartbeat: true to run again right after this call
     """

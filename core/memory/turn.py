@@ -215,7 +215,7 @@ class Turn:
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
         persona = blocks["persona"].value if "persona" in blocks else ""
-        tools.names = tuple(n for n in (self.member_name, agent_name(persona)) if n)
+        tools.member_name, tools.agent_name = self.member_name, agent_name(persona)
         max_steps = config.max_steps
         if (payload.get("meta") or {}).get("purpose") == "upkeep":
             tools.may_send = False  # tidying memory, not talking
