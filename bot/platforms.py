@@ -272,8 +272,6 @@ async def discord_running(
         shard_count=shards.count if shards else None,
         on_shard_status=report_shard,
     )
-    for shard in shards.ids or () if shards else ():
-        report_shard(shard, "starting", "waiting for its turn to connect")
     router.add("discord", discord_dm(client), discord_reply(client))
     where = f"Discord at {discord.http.Route.BASE}"
     transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)

@@ -36,9 +36,9 @@ BOB = 1_500_000_000_000_000_021  # talks only in the server of shard 3
 COUNT = 4
 
 
-def server(shard: int) -> tuple[int, int, dict[str, Any]]:
-    """A server whose events go to `shard` of COUNT: (guild id, channel id, GUILD_CREATE)."""
-    guild_id = ((1_000 + shard) << 22) | 7  # (guild_id >> 22) % 4 == shard
+def server(shard: int, of: int = COUNT) -> tuple[int, int, dict[str, Any]]:
+    """A server whose events go to `shard` of `of`: (guild id, channel id, GUILD_CREATE)."""
+    guild_id = ((1_000 * of + shard) << 22) | 7  # (guild_id >> 22) % of == shard
     channel_id = snowflake()
     channels = [text_channel(channel_id, guild_id, "general")]
     members = [member(ANN, "Ann"), member(BOB, "Bob"), member(int(BOT["id"]), "Companion")]
@@ -165,6 +165,62 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
     ]
     synced = api.find("PUT", f"/applications/{APP_ID}/commands")
     assert [c.token for c in synced] == ["Bot token-a"]  # once, by shard 0's process
+
+
+async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gateway(
+    fake, pg_url, schema
+):
+    """COMPANION_DISCORD_SHARDS=auto: the count from GET /gateway/bot, all in one process,
+    connected at DISCORD_GATEWAY_URL (here the fake; the address Discord gives is a dead one,
+    as it would be behind a gateway proxy)."""
+    servers = {shard: server(shard, of=3) for shard in range(3)}
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
+        api.recommended_shards = 3
+        api.bot_gateway_url = f"ws://127.0.0.1:{free_port()}/nowhere"
+        port = free_port()
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            DISCORD_TOKEN="token-auto",
+            DISCORD_API_URL=api.api_url,
+            DISCORD_GATEWAY_URL=api.gateway_url,
+            COMPANION_DISCORD_SHARDS="auto",
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+        )
+        proc = await start(env)
+        try:
+            ready = await until_ready_state(port, lambda status, body: status == 200, 60)
+            assert shard_states(ready) == {f"Discord shard {n}/3": "connected" for n in range(3)}
+            assert sorted(api.identified) == [(n, 3, "token-auto") for n in range(3)]
+
+            for shard, (guild_id, channel_id, _) in servers.items():
+                went = await api.dispatch(
+                    "MESSAGE_CREATE", mention(guild_id, channel_id, f"hello shard {shard}")
+                )
+                assert went == shard
+            dm_channel = snowflake()
+            api.dm_channels[ANN] = dm_channel
+            assert (
+                await api.dispatch("MESSAGE_CREATE", message(user(ANN, "Ann"), dm_channel, "hi"))
+                == 0
+            )
+
+            def answered() -> bool:
+                done = [api.sent(channel) for _, channel, _ in servers.values()]
+                return all(done) and bool(api.sent(dm_channel))
+
+            await api.wait_for(answered, within=60)
+            await asyncio.sleep(1)  # a second answer, were there one, would be in by now
+        finally:
+            code, err = await stop(proc)
+    assert code == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    for shard, (_, channel_id, _) in servers.items():
+        assert api.texts(channel_id) == [f"You said: hello shard {shard}"]
+    assert api.texts(dm_channel) == ["You said: hi"]
+    assert len(api.find("PUT", f"/applications/{APP_ID}/commands")) == 1
 
 
 @pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0"])

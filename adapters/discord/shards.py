@@ -68,6 +68,17 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         elsewhere = await self.services.members.dm_homes.communities("discord", str(user_id))
         return here + [tenant for tenant in elsewhere if tenant not in here]
 
+    async def launch_shards(self) -> None:
+        """`auto`: the count Discord recommends (GET /gateway/bot) is asked first, so that
+        discord.py launches the shards as for a count given: at its DEFAULT_GATEWAY, which is
+        DISCORD_GATEWAY_URL when set (else Discord's own), where it reconnects them later too.
+        (Asked by discord.py itself, the count would come with Discord's gateway address.)"""
+        if self.shard_count is None and not self.is_closed():
+            self.shard_count, _, _ = await self.http.get_bot_gateway()
+        for shard in self.shard_ids or range(self.shard_count or 0):
+            self.on_shard_status(shard, "starting", "waiting for its turn to connect")
+        await super().launch_shards()
+
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)
 
