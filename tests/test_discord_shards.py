@@ -62,6 +62,17 @@ def shard_states(body: dict[str, Any]) -> dict[str, str]:
     return {name: p["state"] for name, p in platforms.items() if name.startswith("Discord shard")}
 
 
+async def dm_home(sessions, who: int) -> str | None:
+    async with sessions() as session:
+        return await session.scalar(
+            text(
+                "SELECT t.key FROM dm_homes h JOIN tenants t ON t.id = h.tenant_id "
+                "WHERE h.external_id = :who"
+            ),
+            {"who": str(who)},
+        )
+
+
 async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
     fake, pg_url, schema, sessions
 ):
@@ -151,15 +162,7 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
     assert [(c.body["content"], c.token) for c in api.sent(bob_dm)] == [
         ("You said: psst", "Bot token-a")
     ]
-    async with sessions() as session:
-        home = await session.scalar(
-            text(
-                "SELECT t.key FROM dm_homes h JOIN tenants t ON t.id = h.tenant_id "
-                "WHERE h.external_id = :bob"
-            ),
-            {"bob": str(BOB)},
-        )
-    assert home == f"discord:{servers[3][0]}"
+    assert await dm_home(sessions, BOB) == f"discord:{servers[3][0]}"
     assert [(c.body["content"], c.token) for c in api.sent(dm_channel)] == [
         ("You said: a quiet word", "Bot token-a")
     ]
@@ -168,16 +171,19 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
 
 
 async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gateway(
-    fake, pg_url, schema
+    engine, fake, pg_url, schema, sessions
 ):
     """COMPANION_DISCORD_SHARDS=auto: the count from GET /gateway/bot, all in one process,
     connected at DISCORD_GATEWAY_URL (here the fake; the address Discord gives is a dead one,
-    as it would be behind a gateway proxy)."""
+    as it would be behind a gateway proxy). A first DM while a shard is still on its way
+    belongs to the server where the member talked, though that server is not loaded yet."""
     servers = {shard: server(shard, of=3) for shard in range(3)}
+    await engine.agent(f"discord:{servers[2][0]}", str(BOB), "Bob")  # talked there before
     async with FakeDiscord(BOT, APP_ID) as api:
         api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
         api.recommended_shards = 3
         api.bot_gateway_url = f"ws://127.0.0.1:{free_port()}/nowhere"
+        api.held.add(2)  # shard 2 gets its READY when the test says so
         port = free_port()
         env = cli_env(
             fake,
@@ -192,6 +198,17 @@ async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gatewa
         )
         proc = await start(env)
         try:
+            two = {"Discord shard 0/3": "connected", "Discord shard 1/3": "connected"}
+            early = await until_ready_state(
+                port, lambda status, body: two.items() <= shard_states(body).items(), 60
+            )
+            assert shard_states(early)["Discord shard 2/3"] == "starting" and not early["ready"]
+            bob_dm = snowflake()
+            api.dm_channels[BOB] = bob_dm
+            await api.dispatch("MESSAGE_CREATE", message(user(BOB, "Bob"), bob_dm, "psst"))
+            await api.wait_for(lambda: api.sent(bob_dm), within=60)
+            await api.release(2)
+
             ready = await until_ready_state(port, lambda status, body: status == 200, 60)
             assert shard_states(ready) == {f"Discord shard {n}/3": "connected" for n in range(3)}
             assert sorted(api.identified) == [(n, 3, "token-auto") for n in range(3)]
@@ -220,7 +237,71 @@ async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gatewa
     for shard, (_, channel_id, _) in servers.items():
         assert api.texts(channel_id) == [f"You said: hello shard {shard}"]
     assert api.texts(dm_channel) == ["You said: hi"]
+    assert api.texts(bob_dm) == ["You said: psst"]
+    assert await dm_home(sessions, BOB) == f"discord:{servers[2][0]}"
     assert len(api.find("PUT", f"/applications/{APP_ID}/commands")) == 1
+
+
+async def test_a_shard_that_drops_is_retrying_then_connected_and_reads_back_what_it_missed(
+    fake, pg_url, schema
+):
+    """One process, shards 0-1/2. Shard 1's connection drops and Discord makes it start a new
+    session (its resume is refused): /readyz says shard 1 is retrying and the process not
+    ready while it is away, then connected and ready again; a mention posted meanwhile, which
+    the gateway never sends, is read back and answered once."""
+    servers = {shard: server(shard, of=2) for shard in range(2)}
+    guild_1, channel_1, _ = servers[1]
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
+        port = free_port()
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            DISCORD_TOKEN="token-one",
+            DISCORD_API_URL=api.api_url,
+            DISCORD_GATEWAY_URL=api.gateway_url,
+            COMPANION_DISCORD_SHARDS="0-1/2",
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+        )
+        proc = await start(env)
+        try:
+            await until_ready_state(port, lambda status, body: status == 200, 60)
+            heard = mention(guild_1, channel_1, "before the drop")
+            api.history[channel_1] = [heard]
+            await api.dispatch("MESSAGE_CREATE", heard)
+            await api.wait_for(lambda: api.sent(channel_1), within=60)
+
+            api.held.add(1)
+            await api.drop(1)
+            away = await until_ready_state(
+                port,
+                lambda status, body: (
+                    shard_states(body).get("Discord shard 1/2") == "retrying" and status == 503
+                ),
+            )
+            assert shard_states(away)["Discord shard 0/2"] == "connected"
+            assert "Discord shard 1/2 retrying" in away["reason"]
+            api.history[channel_1].append(mention(guild_1, channel_1, "while you were away"))
+            await api.wait_for(lambda: len(api.identified) == 3, within=30)
+            await api.release(1)
+
+            back = await until_ready_state(port, lambda status, body: status == 200, 60)
+            assert shard_states(back) == {
+                "Discord shard 0/2": "connected",
+                "Discord shard 1/2": "connected",
+            }
+            await api.wait_for(lambda: len(api.sent(channel_1)) == 2, within=60)
+            await asyncio.sleep(1)  # a second answer, were there one, would be in by now
+        finally:
+            code, err = await stop(proc)
+    assert code == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    assert api.texts(channel_1) == [
+        "You said: before the drop",
+        "You said: while you were away",
+    ]
+    assert [shard for shard, _, _ in api.identified] == [0, 1, 1]
 
 
 @pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0"])
