@@ -26,7 +26,7 @@ from tests.fake_discord import (
     text_channel,
     user,
 )
-from tests.test_readiness import start, stop, until_ready_state
+from tests.test_readiness import get, lines, start, stop, until_ready_state
 from tests.test_run import free_port
 
 BOT = user(1_500_000_000_000_000_010, "Companion", bot=True)
@@ -302,6 +302,59 @@ async def test_a_shard_that_drops_is_retrying_then_connected_and_reads_back_what
         "You said: while you were away",
     ]
     assert [shard for shard, _, _ in api.identified] == [0, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("shards", "code", "reason", "says"),
+    [
+        (None, 4011, "Sharding required.", "set COMPANION_DISCORD_SHARDS"),
+        ("0-1/2", 4011, "Sharding required.", "COUNT of 2 is too small"),
+        ("0-1/2", 4010, "Invalid shard.", "refused shard"),
+    ],
+)
+async def test_a_shard_count_discord_refuses_is_one_clear_line_and_not_ready(
+    fake, pg_url, schema, shards, code, reason, says
+):
+    """Discord closes the gateway with 4011 (this many servers need more shards) or 4010
+    (an invalid shard): that is said once, in words that name the setting to change, and
+    the process stays up but not ready instead of trying again and again."""
+    async with FakeDiscord(BOT, APP_ID) as api:
+        guild_id, _, payload = server(0, of=2)
+        api.guilds = {guild_id: payload}
+        api.refuse_identify = (code, reason)
+        port = free_port()
+        extra = {"COMPANION_DISCORD_SHARDS": shards} if shards else {}
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            DISCORD_TOKEN="token-big",
+            DISCORD_API_URL=api.api_url,
+            DISCORD_GATEWAY_URL=api.gateway_url,
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+            **extra,
+        )
+        proc = await start(env)
+        try:
+            body = await until_ready_state(
+                port,
+                lambda status, body: (
+                    body.get("platforms", {}).get("Discord", {}).get("state") == "refused"
+                ),
+                60,
+            )
+            assert not body["ready"] and f"({code}" in body["platforms"]["Discord"]["detail"]
+            assert says in body["platforms"]["Discord"]["detail"]
+            tries = len(api.identified)
+            await asyncio.sleep(6)  # discord.py would identify again within 5 s
+            assert len(api.identified) == tries
+            assert (await get(port, "/healthz"))[0] == 200
+        finally:
+            code_, err = await stop(proc)
+    assert code_ == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    errors = [line["message"] for line in lines(err) if line["level"] == "ERROR"]
+    assert errors == [f"Discord: {body['platforms']['Discord']['detail']}"]
 
 
 @pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0"])
