@@ -357,8 +357,8 @@ async def test_a_shard_count_discord_refuses_is_one_clear_line_and_not_ready(
     assert errors == [f"Discord: {body['platforms']['Discord']['detail']}"]
 
 
-@pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0"])
-def test_a_bad_shard_setting_is_one_clear_line(raw):
+@pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0", "/4", "0,3-1/8", "2-1/4"])
+def test_a_bad_shard_setting_is_one_clear_line(raw):  # "/4": a pod without its index label
     with pytest.raises(ConfigError) as error:
         Settings.from_env({"COMPANION_DISCORD_SHARDS": raw})
     assert "COMPANION_DISCORD_SHARDS" in str(error.value) and "\n" not in str(error.value)
