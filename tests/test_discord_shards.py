@@ -9,6 +9,7 @@ once; the slash commands are synced once, by shard 0's process; /readyz lists ea
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy import text
 
 from bot.settings import Settings
 from core.errors import ConfigError
+from core.events import EventKind, InboundEvent
 from tests.conftest import cli_env
 from tests.fake_discord import (
     FakeDiscord,
@@ -302,6 +304,72 @@ async def test_a_shard_that_drops_is_retrying_then_connected_and_reads_back_what
         "You said: while you were away",
     ]
     assert [shard for shard, _, _ in api.identified] == [0, 1, 1]
+
+
+async def stored(engine, sessions, guild_id: int | None, channel_id: int, home: int) -> None:
+    """A message of Ann's that an earlier process stored and answered."""
+    message_id = snowflake()
+    meta = {
+        "platform": "discord",
+        "guild_id": str(guild_id) if guild_id else None,
+        "channel_id": str(channel_id),
+        "message_id": str(message_id),
+    }
+    scope = await engine.agent(f"discord:{home}", str(ANN), "Ann")
+    event = InboundEvent(EventKind.USER_MESSAGE, "earlier", f"discord:msg:{message_id}", meta)
+    event_id = await engine.submit(scope, event)
+    async with sessions() as session, session.begin():
+        await session.execute(
+            text("UPDATE events SET status = 'done' WHERE id = :id"), {"id": event_id}
+        )
+
+
+async def test_each_shard_reads_back_only_its_own_channels(
+    clock, engine, fake, pg_url, schema, sessions
+):
+    """After a start, shards 0-1/4 read back what was missed in their servers and (shard 0)
+    the DMs, once each; a channel of another process's shard is not even looked up, so a
+    process with many shards does not spend Discord's rate limit on channels it skips."""
+    clock.now = datetime.now(UTC)  # stored lately, as the process's clock sees it
+    servers = {shard: server(shard) for shard in (0, 1, 3)}
+    dm_channel = snowflake()
+    await stored(engine, sessions, servers[1][0], servers[1][1], home=servers[1][0])
+    await stored(engine, sessions, servers[3][0], servers[3][1], home=servers[3][0])
+    await stored(engine, sessions, None, dm_channel, home=servers[0][0])
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
+        api.dm_channels[ANN] = dm_channel
+        for shard, (guild_id, channel_id, _) in servers.items():
+            api.channels[channel_id] = text_channel(channel_id, guild_id, "general")
+            api.history[channel_id] = [mention(guild_id, channel_id, f"missed on shard {shard}")]
+        api.history[dm_channel] = [message(user(ANN, "Ann"), dm_channel, "missed in a DM")]
+        port = free_port()
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            DISCORD_TOKEN="token-a",
+            DISCORD_API_URL=api.api_url,
+            DISCORD_GATEWAY_URL=api.gateway_url,
+            COMPANION_DISCORD_SHARDS="0-1/4",
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+        )
+        proc = await start(env)
+        try:
+            await until_ready_state(port, lambda status, body: status == 200, 60)
+            await api.wait_for(lambda: api.sent(servers[1][1]) and api.sent(dm_channel), 60)
+            await asyncio.sleep(1)  # a second answer, were there one, would be in by now
+        finally:
+            code, err = await stop(proc)
+    assert code == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    assert api.texts(servers[1][1]) == ["You said: missed on shard 1"]
+    assert api.texts(dm_channel) == ["You said: missed in a DM"]
+    assert api.texts(servers[3][1]) == []
+    other = servers[3][1]
+    assert api.find("GET", f"/channels/{other}(/messages)?") == []
+    assert len(api.find("GET", f"/channels/{dm_channel}/messages")) == 1
+    assert len(api.find("GET", f"/channels/{dm_channel}")) <= 1
 
 
 @pytest.mark.parametrize(
