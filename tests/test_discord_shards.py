@@ -9,6 +9,7 @@ once; the slash commands are synced once, by shard 0's process; /readyz lists ea
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
 
@@ -430,6 +431,19 @@ def test_a_bad_shard_setting_is_one_clear_line(raw):  # "/4": a pod without its 
     with pytest.raises(ConfigError) as error:
         Settings.from_env({"COMPANION_DISCORD_SHARDS": raw})
     assert "COMPANION_DISCORD_SHARDS" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_shard_range_far_past_the_count_is_refused_before_it_is_built():
+    """A typo such as 0-99999999999/8 is refused at once, not after filling memory with ids:
+    refusing a 3-million range takes less than a megabyte."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match="ids from 0 to COUNT-1"):
+            Settings.from_env({"COMPANION_DISCORD_SHARDS": "0-2999999/8"})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
 
 
 def test_shard_settings_read_as_discord_means_them():
