@@ -5,7 +5,9 @@
     discord_running   discord.py client over the gateway
 
 Credentials are checked first, once: a refused token stops the start with one line that
-says what to fix (exit status 2). A platform that cannot be reached is not fatal: the rest
+says what to fix (exit status 2). What the gateway refuses later (Discord's intents, a shard
+count: close codes 4014, 4011, 4010) is `refused`, in one line that says what to change, and
+not tried again. A platform that cannot be reached is not fatal: the rest
 of the process serves (health, the other platform), the platform is `retrying` in /readyz
 and tries again with backoff, and SIGTERM stops it at any point. Every change of state is
 one log line (bot.health.Health.report), the first one naming who the bot is.
@@ -26,6 +28,7 @@ from bot.app import App
 from bot.delivery import Router
 from bot.distribution import slack_distribution
 from bot.health import Health
+from bot.settings import DiscordShards
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -237,6 +240,33 @@ INTENTS_REFUSED = (
     "Server Members Intent under Bot in the Discord Developer Portal"
 )
 
+SHARDS_REFUSED = (4010, 4011)  # the gateway's close codes: invalid shard, sharding required
+
+
+def shards_refused(code: int, shards: DiscordShards | None, count: int | None) -> str:
+    """What to change when the gateway turns down the shards (`count`: those identified)."""
+    if code == 4010:
+        return (
+            f"Discord: the gateway refused shard {shards or 'settings'} (4010: invalid shard); "
+            "COMPANION_DISCORD_SHARDS must give every process the same COUNT, ids below it"
+        )
+    if shards is None:
+        return (
+            "Discord: the gateway requires sharding (4011: too many servers for one "
+            "connection); set COMPANION_DISCORD_SHARDS=auto, or IDS/COUNT to split the shards "
+            "across processes (deploy/discord-setup.md, section 7)"
+        )
+    if shards.ids is None:
+        return (
+            f"Discord: the gateway requires more than the {count} shards it recommended "
+            "(4011: sharding required); start again to ask for the count anew"
+        )
+    return (
+        f"Discord: the gateway requires more shards (4011: a COUNT of {shards.count} is too "
+        "small for this bot's servers); raise COUNT in COMPANION_DISCORD_SHARDS for every "
+        "process, or use auto"
+    )
+
 
 @asynccontextmanager
 async def discord_running(
@@ -272,8 +302,6 @@ async def discord_running(
         shard_count=shards.count if shards else None,
         on_shard_status=report_shard,
     )
-    for shard in shards.ids or () if shards else ():
-        report_shard(shard, "starting", "waiting for its turn to connect")
     router.add("discord", discord_dm(client), discord_reply(client))
     where = f"Discord at {discord.http.Route.BASE}"
     transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)
@@ -292,6 +320,11 @@ async def discord_running(
             raise ConfigError(INTENTS_REFUSED) from None
         except discord.LoginFailure:
             raise ConfigError(DISCORD_REFUSED) from None
+        except discord.ConnectionClosed as error:
+            if error.code not in SHARDS_REFUSED:
+                raise
+            count = getattr(client, "shard_count", None)
+            raise ConfigError(shards_refused(error.code, shards, count)) from None
 
     async def serve(first: asyncio.Task[Any] | None) -> None:
         if first is not None:

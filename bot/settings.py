@@ -143,9 +143,12 @@ def _shards(raw: str | None) -> DiscordShards | None:
     count, ids = int(match[2]), set[int]()
     for part in match[1].split(","):
         first, _, last = part.partition("-")
-        ids.update(range(int(first), int(last or first) + 1))
-    if count < 1 or not ids or max(ids) >= count:
-        raise ConfigError(f"{SHARDS_HINT} (ids from 0 to COUNT-1), got {raw!r}")
+        low, high = int(first), int(last or first)
+        if high < low:
+            raise ConfigError(f"{SHARDS_HINT} (a range goes up, as in 0-3), got {raw!r}")
+        if high >= count:  # before the range is built: 0-99999999999/8 would fill memory
+            raise ConfigError(f"{SHARDS_HINT} (ids from 0 to COUNT-1), got {raw!r}")
+        ids.update(range(low, high + 1))
     return DiscordShards(tuple(sorted(ids)), count)
 
 

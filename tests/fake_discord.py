@@ -17,8 +17,12 @@ READY and a GUILD_CREATE for each server of `guilds` that belongs to the shard, 
 ACKs. `dispatch(event, payload)` sends an event to the connection Discord would send it to:
 a server's events to shard (guild_id >> 22) % shard_count, DMs to shard 0 (GatewayMissing
 when no connection has that shard). `identified` lists (shard id, count, token) of every
-IDENTIFY; `GET /gateway/bot` recommends `recommended_shards`. Every REST call records the
-token it carried (`Call.token`), so tests can tell which process sent it.
+IDENTIFY; `GET /gateway/bot` recommends `recommended_shards` and gives `bot_gateway_url`
+(this fake's gateway unless set). Like Discord, it can refuse an IDENTIFY by closing with a
+code (`refuse_identify`: 4011 sharding required, 4010 invalid shard), drop a shard's
+connection (`drop`), and keep a shard waiting for its READY (`held`) until released. Every
+REST call records the token it carried (`Call.token`), so tests can tell which process sent
+it.
 
 The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
 GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
@@ -96,8 +100,11 @@ class FakeDiscord:
         self.root = ""
         self.guilds: dict[int, dict[str, Any]] = {}  # guild id -> its GUILD_CREATE payload
         self.recommended_shards = 1
+        self.bot_gateway_url: str | None = None  # what GET /gateway/bot gives; None: ours
         self.identified: list[tuple[int, int, str]] = []  # (shard id, count, token)
         self.connections: list[Connection] = []
+        self.refuse_identify: tuple[int, str] | None = None  # (close code, reason)
+        self.held: set[int] = set()  # shards whose IDENTIFY waits for READY until released
 
     @property
     def gateway_url(self) -> str:
@@ -179,10 +186,29 @@ class FakeDiscord:
             self._changed.notify_all()
         return socket
 
+    async def drop(self, shard: int, code: int = 4000) -> None:
+        """Close a shard's live connection as Discord does when it goes away (4000: an
+        unknown error, which a client answers by reconnecting)."""
+        conn = next(c for c in reversed(self.connections) if c.shard == shard)
+        await conn.socket.close(code=code, message=b"dropped by the test")
+
+    async def release(self, shard: int) -> None:
+        self.held.discard(shard)
+        async with self._changed:
+            self._changed.notify_all()
+
     async def _identify(self, socket: web.WebSocketResponse, data: dict[str, Any]) -> None:
         shard, count = data.get("shard") or (0, 1)
         conn = Connection(socket, shard, count)
         self.identified.append((shard, count, data.get("token", "")))
+        async with self._changed:
+            self._changed.notify_all()
+            while shard in self.held:
+                await self._changed.wait()
+        if self.refuse_identify is not None:
+            code, reason = self.refuse_identify
+            await socket.close(code=code, message=reason.encode())
+            return
         mine = [g for g in self.guilds if (g >> 22) % count == shard]
         session = ready(self.bot, self.application_id, mine)
         session["resume_gateway_url"] = self.gateway_url
@@ -231,8 +257,8 @@ class FakeDiscord:
             return web.Response(body=data) if data is not None else _error(404, 10003)
         if (method, path) == ("GET", "/gateway/bot"):
             limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
-            shards = self.recommended_shards
-            return _json({"url": self.gateway_url, "shards": shards, "session_start_limit": limit})
+            shards, url = self.recommended_shards, self.bot_gateway_url or self.gateway_url
+            return _json({"url": url, "shards": shards, "session_start_limit": limit})
         if (method, path) == ("GET", "/gateway"):
             return _json({"url": self.gateway_url})
         if (method, path) == ("GET", "/users/@me"):

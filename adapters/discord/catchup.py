@@ -11,7 +11,9 @@ message it stored anywhere (a first mention there), from a little before that on
 handles what it finds exactly as if it had just arrived: the same filter (DMs, mentions,
 replies to the bot), the same path. What is stored already is skipped, except a message
 still held for its files (whoever fetched them died): taking it again fetches them. The
-dedup key `discord:msg:<id>` makes a message read twice safe anyway.
+dedup key `discord:msg:<id>` makes a message read twice safe anyway. With shards, each
+shard does this on each of its new sessions, for its own servers (and shard 0 the DMs): the
+server of each channel is stored with its messages, so other channels are not looked up.
 
 What stays out of reach: a DM where the bot never talked before (Discord cannot list a
 bot's DMs), threads where it never talked, channels whose history the bot may not read,
@@ -53,9 +55,11 @@ class Reader(Protocol):
 
 
 async def catch_up(client: Reader, engine: Engine) -> int:
-    """Read back every channel the bot talked in lately; returns how many messages it took."""
+    """Read back every channel the bot talked in lately (of the servers the client reads
+    back: a shard's, with several); returns how many messages it took."""
     since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
-    newest = await engine.seen.newest_per_channel("discord:", since)
+    seen = await engine.seen.newest_per_channel("discord:", since)
+    newest = {c: n.message_id for c, n in seen.items() if client.reads_back(n.guild_id)}
     if newest:  # a first mention in a channel of its servers since the newest it stored
         latest = max(newest.values())
         for channel_id in _active_elsewhere(client, latest, set(newest)):
@@ -91,9 +95,6 @@ def _active_elsewhere(client: Reader, latest: int, known: set[str]) -> list[str]
 
 async def _read_back(client: Reader, engine: Engine, channel_id: int, newest: int) -> int:
     channel = client.get_channel(channel_id) or await client.fetch_channel(channel_id)
-    guild = getattr(channel, "guild", None)
-    if not client.reads_back(guild.id if guild else None):
-        return 0  # another process's shard: it reads back its own servers
     start = discord.utils.snowflake_time(newest) - MARGIN
     found = [m async for m in channel.history(after=start, limit=PER_CHANNEL, oldest_first=True)]
     known = await engine.seen.settled([f"discord:msg:{m.id}" for m in found])

@@ -147,6 +147,12 @@ class CompanionClient(discord.Client):
         log.info("synced %d slash commands", len(commands))
 
     async def on_ready(self) -> None:
+        self.announce()
+        engine = self.services.engine
+        engine.activity.start(catch_up(self, engine), "Discord catch-up")
+
+    def announce(self) -> None:
+        """`connected`: who the bot is, in how many servers, and how to invite it."""
         me, servers = self.user, len(self.guilds)
         invite = invite_url(self.application_id) if self.application_id else "unknown"
         self.on_status(
@@ -154,8 +160,6 @@ class CompanionClient(discord.Client):
             f"connected as {me} (id {me.id if me else '?'}) in {servers} servers; "
             f"invite it to a server with {invite}",
         )
-        engine = self.services.engine
-        engine.activity.start(catch_up(self, engine), "Discord catch-up")
 
     async def on_disconnect(self) -> None:
         self.on_status("retrying", "the gateway connection dropped; reconnecting")

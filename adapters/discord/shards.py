@@ -7,11 +7,14 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
 
     slash commands   synced by the process that runs shard 0 (they belong to the application,
                      not to a shard: once is enough)
-    catch-up         each process reads back the channels of its own servers; DMs: shard 0's
+    catch-up         each shard, on each new session (READY), reads back the channels of its
+                     own servers; DMs: shard 0's
     DM homes         a first DM may belong to a server on another shard: the member's
                      communities in the database count too
     openers          any process: DMs go over REST, which needs no shard (deliver.py)
-    status           each shard's state apart (`on_shard_status`: /readyz lists them)
+    status           each shard's state apart (`on_shard_status`: /readyz lists them); the
+                     client's own (`on_status`) says who the bot is once every shard is ready,
+                     and stays: a shard that drops is that shard's `retrying`
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 import discord
 
 from adapters.common import Services
+from adapters.discord.catchup import catch_up
 from adapters.discord.client import CompanionClient
 
 ShardStatus = Callable[[int, str, str], None]  # (shard id, state, detail)
@@ -54,19 +58,24 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
     def serves(self, shard: int) -> bool:
         return self.shard_ids is None or shard in self.shard_ids
 
-    def reads_back(self, guild_id: int | None) -> bool:
-        if guild_id is None:
-            return self.serves(0)  # DMs come to shard 0
-        return self.shard_count is None or self.serves(shard_of(guild_id, self.shard_count))
-
     async def served_to(self, user_id: int) -> list[str]:
-        """This process sees only its shards' servers; the member's communities on other
-        shards are known from the database, so a first DM finds where they talked last."""
+        """This process sees only the servers of its shards that are ready (with `auto`
+        too, while the later shards connect); the member's communities elsewhere are known
+        from the database, so a first DM finds where they talked last."""
         here = await super().served_to(user_id)
-        if self.shard_ids is None:
-            return here
         elsewhere = await self.services.members.dm_homes.communities("discord", str(user_id))
         return here + [tenant for tenant in elsewhere if tenant not in here]
+
+    async def launch_shards(self) -> None:
+        """`auto`: the count Discord recommends (GET /gateway/bot) is asked first, so that
+        discord.py launches the shards as for a count given: at its DEFAULT_GATEWAY, which is
+        DISCORD_GATEWAY_URL when set (else Discord's own), where it reconnects them later too.
+        (Asked by discord.py itself, the count would come with Discord's gateway address.)"""
+        if self.shard_count is None and not self.is_closed():
+            self.shard_count, _, _ = await self.http.get_bot_gateway()
+        for shard in self.shard_ids or range(self.shard_count or 0):
+            self.on_shard_status(shard, "starting", "waiting for its turn to connect")
+        await super().launch_shards()
 
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)
@@ -74,11 +83,52 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
     async def on_shard_connect(self, shard: int) -> None:
         self.on_shard_status(shard, "starting", "connected to the gateway; receiving servers")
 
+    async def on_ready(self) -> None:  # every shard of this process is ready (again)
+        self.announce()  # each read back its own servers as it became ready
+
+    async def on_disconnect(self) -> None:  # a shard dropped: on_shard_disconnect says which
+        pass
+
+    async def on_resumed(self) -> None:  # on_shard_resumed
+        pass
+
     async def on_shard_ready(self, shard: int) -> None:
+        """A new session of `shard` (at start, or after Discord would not resume one): what
+        its servers said meanwhile is read back, as the unsharded client does on READY."""
         self.on_shard_status(shard, "connected", f"ready with {self._servers_of(shard)} servers")
+        engine = self.services.engine
+        work = catch_up(OneShard(self, shard), engine)
+        engine.activity.start(work, f"Discord catch-up of shard {shard}")
 
     async def on_shard_disconnect(self, shard: int) -> None:
         self.on_shard_status(shard, "retrying", "the gateway connection dropped; reconnecting")
 
     async def on_shard_resumed(self, shard: int) -> None:
         self.on_shard_status(shard, "connected", "reconnected (session resumed)")
+
+
+class OneShard:
+    """The client as one shard's catch-up sees it (catchup.Reader): the servers of that
+    shard, and the DMs when it is shard 0."""
+
+    def __init__(self, client: ShardedClient, shard: int) -> None:
+        self.client = client
+        self.shard = shard
+
+    @property
+    def guilds(self) -> list[discord.Guild]:
+        return [g for g in self.client.guilds if g.shard_id == self.shard]
+
+    def get_channel(self, channel_id: int, /) -> Any:
+        return self.client.get_channel(channel_id)
+
+    async def fetch_channel(self, channel_id: int, /) -> Any:
+        return await self.client.fetch_channel(channel_id)
+
+    async def on_message(self, message: discord.Message, /) -> None:
+        await self.client.on_message(message)
+
+    def reads_back(self, guild_id: int | None, /) -> bool:
+        if guild_id is None:
+            return self.shard == 0  # DMs come to shard 0
+        return shard_of(guild_id, self.client.shard_count or 1) == self.shard

@@ -5,7 +5,9 @@ receiving and storing it). What it offers instead is reading a channel back. The
 say where to start reading and which of the messages read back are already stored.
 
     newest_per_channel(prefix, since)  per channel named in stored events' meta
-                                       (`channel_id`, `message_id`): the newest message id
+                                       (`channel_id`, `message_id`): the newest message id,
+                                       and the server it is in (`guild_id`; None: a DM), so
+                                       a process reads back only its own servers' channels
     stored(key)                        whether a message with this dedup key was taken (in any
                                        state): Slack asks it of a thread's first message
     settled(keys)                      which of these dedup keys are stored already, not
@@ -20,6 +22,7 @@ connection's own role (like `Engine.resume`).
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -31,17 +34,24 @@ from core.models import Event, Tenant
 from core.scope import Scope
 
 
+@dataclass(frozen=True)
+class Newest:
+    message_id: int  # the newest message stored from the channel
+    guild_id: int | None  # the server the channel is in; None: a direct message
+
+
 class Seen:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
 
-    async def newest_per_channel(self, tenant_prefix: str, since: datetime) -> dict[str, int]:
+    async def newest_per_channel(self, tenant_prefix: str, since: datetime) -> dict[str, Newest]:
         meta = Event.payload["meta"]
         channel = meta["channel_id"].astext
+        guild = func.max(meta["guild_id"].astext)  # one per channel
         newest = func.max(cast(meta["message_id"].astext, BigInteger))
         async with self.sessions() as session:
             rows = await session.execute(
-                select(channel, newest)
+                select(channel, newest, guild)
                 .join(Tenant, Tenant.id == Event.tenant_id)
                 .where(
                     Tenant.key.startswith(tenant_prefix, autoescape=True),
@@ -51,7 +61,10 @@ class Seen:
                 )
                 .group_by(channel)
             )
-            return {str(c): int(m) for c, m in rows.all()}
+            return {
+                str(c): Newest(int(m), int(g) if g and g.isdigit() else None)
+                for c, m, g in rows.all()
+            }
 
     async def stored(self, key: str) -> bool:
         async with self.sessions() as session:
