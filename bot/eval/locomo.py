@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.errors import ConfigError
-from core.models import Block, Message
+from core.models import Block, Message, MessageVector
 from core.scope import Scope
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -147,5 +147,10 @@ async def import_conversation(
         for turn, when in turns
     ]
     session.add_all(messages)
+    await session.flush()
+    # Each searchable message waits for its vector in a row of its own (as AgentStore stores it).
+    session.add_all(
+        MessageVector(message_id=m.id, tenant_id=m.tenant_id, agent_id=m.agent_id) for m in messages
+    )
     await session.flush()
     return scope, {m.id: t["dia_id"] for m, (t, _) in zip(messages, turns, strict=True)}

@@ -202,10 +202,12 @@ async def archival_search(
 
 # ---------------------------------------------------------------- fusion
 
+# The nearest rows by cosine distance. A message's vector is in `message_vectors` (migration
+# 0018), joined back for the same filter as the full text side; a passage's is in its row.
 _NEAREST_SQL = """
-SELECT r.id FROM {table} r
-WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.embedding IS NOT NULL {filter}
-ORDER BY r.embedding <=> CAST(:q AS vector)
+SELECT {vector_id} AS id FROM {vectors}
+WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {filter}
+ORDER BY v.embedding <=> CAST(:q AS vector)
 LIMIT :limit
 """
 
@@ -238,6 +240,9 @@ def _columns(table: str) -> dict[str, str]:
     if table == "messages":
         return {
             "table": "messages",
+            "vectors": "message_vectors v JOIN messages r "
+            "ON r.tenant_id = v.tenant_id AND r.id = v.message_id",
+            "vector_id": "v.message_id",
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
             # the predicate of the partial index messages_agent_order (migration 0012)
             "corpus": "AND r.search_text IS NOT NULL",
@@ -246,6 +251,8 @@ def _columns(table: str) -> dict[str, str]:
         }
     return {
         "table": "passages",
+        "vectors": "passages v",
+        "vector_id": "v.id",
         "filter": "",
         "corpus": "",
         "text_col": "r.text",

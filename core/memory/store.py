@@ -26,10 +26,22 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.errors import BlockRefused
 from core.events import EventStatus
 from core.memory.prompt import Entry, counted, render
-from core.models import Agent, Block, Event, Message, Passage, Reply, Summary, Tenant, User
+from core.models import (
+    Agent,
+    Block,
+    Event,
+    Message,
+    MessageVector,
+    Passage,
+    Reply,
+    Summary,
+    Tenant,
+    User,
+)
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
+VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
 
 
 def write_block(block: Block, value: str, now: datetime) -> None:
@@ -153,9 +165,20 @@ class AgentStore:
         entry = counted(message, self.max_message_tokens)
         # One INSERT on the table, not a flush of the session: nothing else waits to go out
         # with it (the agent row's changes leave once, with the turn's last ones).
-        message.id = await self.session.scalar(
-            insert(MESSAGES).values(**values, tokens=message.tokens).returning(MESSAGES.c.id)
-        )
+        stored = insert(MESSAGES).values(**values, tokens=message.tokens)
+        if message.search_text is None:
+            message.id = await self.session.scalar(stored.returning(MESSAGES.c.id))
+        else:  # with the row its vector will fill, in the same statement
+            new = stored.returning(MESSAGES.c.id, MESSAGES.c.tenant_id, MESSAGES.c.agent_id)
+            row = new.cte("new_message")
+            message.id = await self.session.scalar(
+                insert(VECTORS)
+                .from_select(
+                    ["message_id", "tenant_id", "agent_id"],
+                    select(row.c.id, row.c.tenant_id, row.c.agent_id),
+                )
+                .returning(VECTORS.c.message_id)
+            )
         if message.in_context:
             await self._changed()
         return entry
