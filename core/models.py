@@ -8,6 +8,7 @@ classes here map rows by `id`, which stays unique on its own.
     tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)
                               ├─< messages      recall storage (text); `in_context`: FIFO
                               │     └─ message_vectors  a searchable message's embedding
+                              ├─< message_terms  how many messages hold each word (ranking)
                               ├─< summaries     recursive summaries; the newest is FIFO slot 0
                               ├─< passages      archival storage (pgvector + full text)
                               ├─< events        inbound events, stored before any model call
@@ -175,6 +176,19 @@ class MessageVector(Base):
     tenant_id: Mapped[int] = _tenant_fk()
     agent_id: Mapped[int] = _agent_fk()
     embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
+
+
+class MessageTerm(Base):
+    """How many of the agent's searchable messages hold `lexeme` (core.memory.terms); the
+    row with the empty lexeme counts the messages. Kept as messages are stored and deleted."""
+
+    __tablename__ = "message_terms"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    messages: Mapped[int] = mapped_column(Integer)
 
 
 class Summary(Base):

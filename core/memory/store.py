@@ -25,13 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
 from core.events import EventStatus
+from core.memory import terms
 from core.memory.prompt import Entry, counted, render
 from core.models import (
     Agent,
     Block,
     Event,
     Message,
-    MessageVector,
+    MessageTerm,
     Passage,
     Reply,
     Summary,
@@ -41,7 +42,6 @@ from core.models import (
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
-VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
 
 
 def write_block(block: Block, value: str, now: datetime) -> None:
@@ -168,17 +168,8 @@ class AgentStore:
         stored = insert(MESSAGES).values(**values, tokens=message.tokens)
         if message.search_text is None:
             message.id = await self.session.scalar(stored.returning(MESSAGES.c.id))
-        else:  # with the row its vector will fill, in the same statement
-            new = stored.returning(MESSAGES.c.id, MESSAGES.c.tenant_id, MESSAGES.c.agent_id)
-            row = new.cte("new_message")
-            message.id = await self.session.scalar(
-                insert(VECTORS)
-                .from_select(
-                    ["message_id", "tenant_id", "agent_id"],
-                    select(row.c.id, row.c.tenant_id, row.c.agent_id),
-                )
-                .returning(VECTORS.c.message_id)
-            )
+        else:  # with its vector's row and its words counted, in the same statement
+            message.id = await self.session.scalar(terms.counted_insert(stored))
         if message.in_context:
             await self._changed()
         return entry
@@ -203,7 +194,7 @@ class AgentStore:
         answered afterwards, with the new memory, and a file not yet answered keeps its
         passages for that answer; replies not yet delivered still find their way back; a
         platform's redelivery of an answered message is still recognised."""
-        for model in (Message, Summary, Block):
+        for model in (Message, MessageTerm, Summary, Block):
             await self.session.execute(delete(model).where(self._mine(model)))
         unanswered = select(Event.id).where(
             self._mine(Event), Event.status.in_([EventStatus.PENDING, EventStatus.WAITING])
@@ -222,6 +213,7 @@ class AgentStore:
         await self.session.execute(
             delete(Message).where(self._mine(Message), Message.event_id.is_not(None))
         )
+        await terms.recount(self.session, self.scope)
         await self.session.execute(delete(Summary).where(self._mine(Summary)))
         await self._changed()
 
