@@ -5,6 +5,7 @@ agent's messages gives, and the ranking follows what the member said last."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
@@ -14,6 +15,8 @@ from core.directory import ensure_agent, find_agent
 from core.events import EventKind, InboundEvent
 from core.members.portability import parse_export
 from core.members.tenancy import Tenancy
+from core.memory import keywords
+from core.memory.ranking import shortlist
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
 
@@ -109,3 +112,27 @@ async def test_the_ranking_follows_what_the_member_says_now(members, sessions):
         after = await recall_search(session, scope, "tea lemon", page_size=1)
     assert after.hits[0].text == "tea time"
     assert after.total == 9
+
+
+async def test_scoring_a_shortlist_first_gives_exactly_the_full_ranking(sessions):
+    """The fused search takes its best messages by key words from the messages holding the
+    likeliest word combinations when that settles it; the list is the full ranking's."""
+    rng = random.Random(5)
+    filler = ["river", "stone", "cloud", "lamp", "chair", "paper", "green", "window"]
+    lines = []
+    for _ in range(600):
+        words = [
+            w
+            for w, share in (("alpha", 0.3), ("beta", 0.3), ("gamma", 0.05))
+            if rng.random() < share
+        ]
+        lines.append(" ".join(words + rng.sample(filler, rng.randint(0, 6))) or "lamp")
+    scope = await said(sessions, "g", "ann", lines)
+    async with sessions() as session:
+        for query, wanted in (("alpha beta", 25), ("alpha beta gamma", 25), ("alpha beta", 100)):
+            words = await keywords.weights(session, scope, query)
+            plan = shortlist([(float(w.idf), w.held) for w in words], words[0].corpus, wanted)
+            full = await keywords.ranked(session, scope, words, wanted)
+            assert await keywords.best(session, scope, words, wanted) == [r.id for r in full]
+            if wanted == 25:
+                assert plan is not None  # the shortlist was tried (and, here, settled it)

@@ -1,9 +1,11 @@
 """Messages ranked by key words, weighed by the agent's term statistics (core.memory.terms).
 
     weights(session, scope, query)     the query's words the agent's messages hold: each
-                                       word's tsquery and its inverse document frequency
+                                       word's tsquery, its inverse document frequency and counts
     ranked(session, scope, weights, limit, offset, skip, total)
                                        the best messages holding any of them, best first
+    best(session, scope, weights, limit, skip)
+                                       the ids of the best `limit`, scoring a shortlist first
 
 A message's score is the sum of the weights of the query's words it holds, over
 1 + 0.1 ln(1 + its number of distinct words): BM25 without term-frequency saturation, which
@@ -25,11 +27,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory.ranking import shortlist
 from core.scope import Scope
 
 _WEIGHTS_SQL = """
 SELECT CAST(to_tsquery('simple', quote_literal(t.lexeme)) AS text) AS tq,
-       ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS idf
+       ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS idf,
+       s.messages AS held, n.messages AS corpus
 FROM (
     SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
 ) t
@@ -41,19 +45,23 @@ ORDER BY t.lexeme
 
 # {score}: the weights of the words a message holds, summed; {any}: it holds one of them.
 _RANKED_SQL = """
-SELECT r.id, r.search_text AS text, r.role AS kind, r.created_at{total}
+SELECT r.id, r.search_text AS text, r.role AS kind, r.created_at{total},
+       ({score}) / (1 + 0.1 * ln(1 + length(r.tsv))) AS score
 FROM messages r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.search_text IS NOT NULL
   AND coalesce(r.event_id, 0) <> :skip AND r.tsv @@ ({any})
-ORDER BY ({score}) / (1 + 0.1 * ln(1 + length(r.tsv))) DESC, r.id DESC
+ORDER BY score DESC, r.id DESC
 LIMIT :limit OFFSET :offset
 """
+MARGIN = 1e-9  # relative: rounding in Postgres' and Python's arithmetic never reaches it
 
 
 @dataclass(frozen=True)
 class Weight:
     tq: str  # the word as a tsquery ('simple' configuration), in its text form
     idf: Decimal
+    held: int  # the agent's messages holding it
+    corpus: int  # the agent's searchable messages
 
 
 async def weights(session: AsyncSession, scope: Scope, query: str) -> list[Weight]:
@@ -62,7 +70,7 @@ async def weights(session: AsyncSession, scope: Scope, query: str) -> list[Weigh
         text(_WEIGHTS_SQL),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},
     )
-    return [Weight(row.tq, row.idf) for row in rows]
+    return [Weight(row.tq, row.idf, row.held, row.corpus) for row in rows]
 
 
 async def ranked(
@@ -73,9 +81,11 @@ async def ranked(
     offset: int = 0,
     skip_event: int | None = None,
     total: bool = False,
+    among: str | None = None,
 ) -> list[Any]:
-    """Rows (id, text, kind, created_at, and `total` matches when asked) of the messages
-    holding any of `words`, best first; the messages of `skip_event` left out."""
+    """Rows (id, text, kind, created_at, `total` matches when asked, score) of the messages
+    holding any of `words` (those matching the tsquery `among` when given), best first; the
+    messages of `skip_event` left out."""
     if not words:
         return []
     params: dict[str, Any] = {
@@ -92,9 +102,33 @@ async def ranked(
             f"CASE WHEN r.tsv @@ CAST(:w{i} AS tsquery) THEN CAST(:idf{i} AS numeric) ELSE 0 END"
         )
         any_of.append(f"CAST(:w{i} AS tsquery)")
+    if among is not None:
+        params["among"] = among
     sql = _RANKED_SQL.format(
         total=", count(*) OVER () AS total" if total else "",
-        any=" || ".join(any_of),
+        any="CAST(:among AS tsquery)" if among is not None else " || ".join(any_of),
         score=" + ".join(held),
     )
     return list(await session.execute(text(sql), params))
+
+
+async def best(
+    session: AsyncSession,
+    scope: Scope,
+    words: list[Weight],
+    limit: int,
+    skip_event: int | None = None,
+) -> list[int]:
+    """The ids of the `limit` best messages holding any of `words`, best first (exactly
+    `ranked`'s), reading the shortlist's messages alone when that settles it."""
+    if not words:
+        return []
+    plan = shortlist([(float(w.idf), w.held) for w in words], words[0].corpus, limit)
+    if plan is not None:
+        among = " | ".join(
+            "(" + " & ".join(f"({words[i].tq})" for i in group) + ")" for group in plan.groups
+        )
+        rows = await ranked(session, scope, words, limit, 0, skip_event, among=among)
+        if len(rows) == limit and rows[-1].score > plan.bound * (1 + MARGIN):
+            return [row.id for row in rows]
+    return [row.id for row in await ranked(session, scope, words, limit, 0, skip_event)]

@@ -295,14 +295,13 @@ async def _hybrid_search(
         "limit": DEPTH,
         "offset": 0,
     }
-    rows: Sequence[Any]
     if table == "messages":
         words = await keywords.weights(session, scope, query)
-        rows = await keywords.ranked(session, scope, words, DEPTH, 0, skip_event)
+        by_words = await keywords.best(session, scope, words, DEPTH, skip_event)
     else:
         keyword_sql = _KEYWORD_SQL.format(**columns)
-        rows = (await session.execute(text(keyword_sql), {**params, "query": query})).all()
-    by_words = [r.id for r in rows]
+        rows = await session.execute(text(keyword_sql), {**params, "query": query})
+        by_words = [r.id for r in rows]
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     vector = str([float(x) for x in embedding])
     nearest = await session.execute(text(_NEAREST_SQL.format(**columns)), {**params, "q": vector})
