@@ -74,6 +74,10 @@ async def bench_database(
             await admin.dispose()
         return
     with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
+        # A deployment's server past its first start: settings recorded then (the buffer
+        # cache, bot.database) take effect from the second.
+        async with embedded_postgres(Path(data_dir)):
+            pass
         async with embedded_postgres(Path(data_dir)) as url:
             engine = make_engine(url, pool_size=pool_size)
             try:

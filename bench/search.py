@@ -13,10 +13,14 @@ the best hits ranked too), the same by key words only, `recall_by_date` over 1-7
 --page-size results each. The query vector is given: the time to embed a query (about 2-15
 ms with the local model, see bench/README.md) is not included.
 
-Bulk load: indexes on the two tables are dropped, rows go in with COPY (text) and one
-INSERT ... SELECT (vectors made by the server), then the same indexes are rebuilt from their
-saved definitions and timed. The HNSW build takes minutes at 1536 dimensions on 2 cores;
---dim 384 is a quicker run. Needs PostgreSQL 16+ (random_normal) and pgvector 0.8+.
+Bulk load: the secondary indexes of messages, message_vectors and passages are dropped;
+messages go in with COPY (text), their words are counted into message_terms
+(core.memory.terms.RECOUNT_ALL), their vectors (into message_vectors) and the passages go
+in with one INSERT ... SELECT each (vectors made by the server); then the same indexes are
+rebuilt from their saved definitions and timed. The HNSW build takes minutes at 1536
+dimensions on 2 cores; --dim 384 is a quicker run. At the end, EXPLAIN ANALYZE of every
+statement one recall_search (words + embedding) sends: where its time goes. Needs
+PostgreSQL 16+ (random_normal) and pgvector 0.8+.
 
 Prints numbers only; no assertions. Starts an embedded Postgres in a temporary directory
 unless --database-url is given (then it works in a throwaway schema).
@@ -39,7 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import asyncpg
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.common import (
@@ -57,6 +61,7 @@ from bench.common import (
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
+from core.memory.terms import RECOUNT_ALL
 from core.scope import Scope
 
 T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
@@ -131,12 +136,16 @@ async def load(
     raw = await db.raw()
     try:
         await raw.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
-        saved = await drop_indexes(raw, ["messages", "passages"])
+        saved = await drop_indexes(raw, ["messages", "message_vectors", "passages"])
         owners = [target] * args.rows + spread(args.rows, others)
         records = message_records(owners, args.days, args.seed)
         await watch.time(
             f"COPY {len(records):,} messages",
             raw.copy_records_to_table("messages", records=records, columns=MESSAGE_COLUMNS),
+        )
+        await watch.time(
+            f"count the words of {len(records):,} messages (message_terms)",
+            raw.execute(RECOUNT_ALL.format(where="")),
         )
         rng = random.Random(args.seed)
         step = args.days * 86400 / args.rows
@@ -157,12 +166,14 @@ async def load(
         await raw.copy_records_to_table("staging", records=staging)
         await raw.execute("SELECT setseed($1)", (args.seed % 1000) / 1000)
         await watch.time(
-            f"UPDATE {len(records):,} messages with random unit vectors ({args.dim} dims)",
+            f"INSERT {len(records):,} message_vectors, random unit vectors ({args.dim} dims)",
             raw.execute(
                 """
-                UPDATE messages SET embedding = l2_normalize(ARRAY(
-                    SELECT random_normal() FROM generate_series(1, $1) WHERE messages.id >= 0
+                INSERT INTO message_vectors (tenant_id, agent_id, message_id, embedding)
+                SELECT m.tenant_id, m.agent_id, m.id, l2_normalize(ARRAY(
+                    SELECT random_normal() FROM generate_series(1, $1) WHERE m.id >= 0
                 )::vector)
+                FROM messages m ORDER BY m.id
                 """,
                 args.dim,
             ),
@@ -185,7 +196,8 @@ async def load(
         for name, definition in saved:
             await watch.time(f"CREATE INDEX {name}", raw.execute(definition))
         await watch.time(
-            "VACUUM ANALYZE messages, passages", raw.execute("VACUUM ANALYZE messages, passages")
+            "VACUUM ANALYZE messages, message_vectors, message_terms, passages",
+            raw.execute("VACUUM ANALYZE messages, message_vectors, message_terms, passages"),
         )
     finally:
         await raw.close()
@@ -215,16 +227,20 @@ async def timed_queries(
 
 
 class Capture:
-    """Keeps the last SQL statement (with parameters) that contains `marker`."""
+    """Keeps the SQL statements (with parameters) that contain `marker`, in order."""
 
-    def __init__(self, db: Database, marker: str) -> None:
+    def __init__(self, db: Database, marker: str = "") -> None:
         self.marker = marker
-        self.statement: tuple[str, Any] | None = None
+        self.statements: list[tuple[str, Any]] = []
         event.listen(db.engine.sync_engine, "before_cursor_execute", self._seen)
 
+    @property
+    def statement(self) -> tuple[str, Any] | None:
+        return self.statements[-1] if self.statements else None
+
     def _seen(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if self.marker in statement:
-            self.statement = (statement, parameters)
+        if self.marker in statement and not statement.lstrip().startswith(("EXPLAIN", "SET")):
+            self.statements.append((statement, parameters))
 
 
 async def explain(session: AsyncSession, captured: tuple[str, Any]) -> list[str]:
@@ -327,15 +343,15 @@ async def main() -> None:
                 )
 
         vector_sql = Capture(db, "<=>")
-        recall_sql = Capture(db, "tsvector_to_array")
         async with sessions() as session, session.begin():
             await archival_search(session, target, "", vectors[0], 1, size)
             assert vector_sql.statement is not None
             vector_plan = await explain(session, vector_sql.statement)
+        hybrid_sql = Capture(db)
         async with sessions() as session, session.begin():
-            await recall_search(session, target, questions[0], 1, size)
-            assert recall_sql.statement is not None
-            recall_plan = await explain(session, recall_sql.statement)
+            await recall_search(session, target, questions[1], 1, size, None, vectors[1])
+            hybrid_plans = [await explain(session, sql) for sql in hybrid_sql.statements]
+            buffers = await session.scalar(text("SHOW shared_buffers"))
 
         print(
             settings_block(
@@ -352,6 +368,7 @@ async def main() -> None:
                     "queries": f"{args.queries} per kind (after 5 untimed), pages 1 and 3, "
                     f"page_size {size}, one transaction each",
                     "index builds": f"maintenance_work_mem {args.maintenance_work_mem}",
+                    "buffer cache": f"shared_buffers {buffers}",
                     "timer": "time.perf_counter around the core.memory.search call",
                 },
             )
@@ -368,18 +385,21 @@ async def main() -> None:
         )
         for line in vector_plan:
             print("    " + re.sub(r"'\[[^\]]{60,}\]'", f"'[{args.dim} numbers]'", line))
-        indexes = sorted(
-            {
-                w
-                for line in recall_plan
-                for w in line.replace("(", " ").split()
-                if "_" in w and w.startswith(("messages_", "passages_"))
-            }
-        )
         print(
-            f"\nEXPLAIN ANALYZE of recall_search, page 1: indexes used: "
-            f"{', '.join(indexes) or 'none'}; {recall_plan[-1].strip()}"
+            "\nEXPLAIN ANALYZE of each statement of one recall_search (words + embedding), "
+            "page 1, in order:"
         )
+        for plan in hybrid_plans:
+            top = re.sub(r"\s+\(.*", "", plan[0].strip())
+            indexes = sorted(
+                {
+                    w.strip(",")
+                    for line in plan
+                    for w in line.replace("(", " ").split()
+                    if w.startswith(("messages_", "message_vectors_", "message_terms_"))
+                }
+            )
+            print(f"    {plan[-1].strip():26} {top}; indexes: {', '.join(indexes) or 'none'}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ every key of a member's data starts with `tenant_id` (migration 0017, ready for 
 classes here map rows by `id`, which stays unique on its own.
 
     tenants ─< users ─ agents ─< blocks        working context (persona, human, ...)
-                              ├─< messages      recall storage (text + vectors); `in_context`: FIFO
+                              ├─< messages      recall storage (text); `in_context`: FIFO
+                              │     └─ message_vectors  a searchable message's embedding
+                              ├─< message_terms  how many messages hold each word (ranking)
                               ├─< summaries     recursive summaries; the newest is FIFO slot 0
                               ├─< passages      archival storage (pgvector + full text)
                               ├─< events        inbound events, stored before any model call
@@ -156,11 +158,37 @@ class Message(Base):
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english', coalesce(search_text, ''))", persisted=True)
     )
-    # Filled after the turn commits (core.runtime.embeddings), never on the reply's path.
-    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True, deferred=True)
     tokens: Mapped[int] = mapped_column(Integer, default=0)
     in_context: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class MessageVector(Base):
+    """The embedding of a searchable message, beside it (migration 0018): the messages heap
+    stays small for full text search. Stored with the message, `embedding` NULL; the
+    embedding worker (core.memory.embeddings) fills it after the turn commits, never on
+    the reply's path. Deleting the message deletes it."""
+
+    __tablename__ = "message_vectors"
+    message_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
+
+
+class MessageTerm(Base):
+    """How many of the agent's searchable messages hold `lexeme` (core.memory.terms); the
+    row with the empty lexeme counts the messages. Kept as messages are stored and deleted."""
+
+    __tablename__ = "message_terms"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    messages: Mapped[int] = mapped_column(Integer)
 
 
 class Summary(Base):

@@ -57,7 +57,8 @@ async def held(sessions) -> tuple[str, str, str]:
                 text(
                     "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                     "WHERE attname = 'embedding' AND NOT attisdropped AND attrelid IN "
-                    "(CAST('messages' AS regclass), CAST('passages' AS regclass)) ORDER BY attrelid"
+                    "(CAST('message_vectors' AS regclass), CAST('passages' AS regclass)) "
+                    "ORDER BY attrelid"
                 )
             )
         ).scalars()
@@ -72,7 +73,10 @@ async def stored_message(sessions, vector: list[float] | None) -> None:
         )
         if vector is not None:
             await session.execute(
-                text("UPDATE messages SET embedding = CAST(:v AS vector) WHERE id = :id"),
+                text(
+                    "UPDATE message_vectors SET embedding = CAST(:v AS vector) "
+                    "WHERE message_id = :id"
+                ),
                 {"v": str(vector), "id": message.id},
             )
 

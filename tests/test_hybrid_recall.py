@@ -61,8 +61,9 @@ async def vectors(sessions) -> tuple[int, int]:
         row = (
             await session.execute(
                 text(
-                    "SELECT count(*) AS n, count(embedding) AS v FROM messages "
-                    "WHERE search_text IS NOT NULL"
+                    "SELECT count(*) AS n, count(v.embedding) AS v FROM messages m "
+                    "LEFT JOIN message_vectors v ON v.tenant_id = m.tenant_id "
+                    "AND v.message_id = m.id WHERE m.search_text IS NOT NULL"
                 )
             )
         ).one()

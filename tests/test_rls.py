@@ -26,7 +26,15 @@ from tests.fake_openai import (
 )
 
 NOW = datetime(2026, 4, 1, tzinfo=UTC)
-MEMBER_TABLES = ["blocks", "messages", "summaries", "passages", "events", "outbox"]
+MEMBER_TABLES = [
+    "blocks",
+    "messages",
+    "message_vectors",
+    "summaries",
+    "passages",
+    "events",
+    "outbox",
+]
 
 
 async def _member_with_data(sessions, tenant, user, secret):
@@ -103,6 +111,27 @@ async def test_writing_into_another_members_rows_is_refused(sessions):
             )
         ).all()
     assert bob_rows == [("bob-secret",)]
+
+
+async def test_every_table_of_a_members_rows_is_behind_the_wall(sessions):
+    """A table added later with an agent_id column gets the member policy and FORCE, like
+    the others: a forgotten one would be the hole."""
+    async with sessions() as session:
+        rows = (
+            await session.execute(
+                text(
+                    "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, "
+                    "EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid "
+                    "AND p.polname = 'member_scope') "
+                    "FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid "
+                    "WHERE c.relnamespace = CAST(current_schema() AS regnamespace) "
+                    "AND c.relkind = 'r' AND a.attname = 'agent_id' AND NOT a.attisdropped"
+                )
+            )
+        ).all()
+    tables = {row[0] for row in rows}
+    assert set(MEMBER_TABLES) <= tables
+    assert [row[0] for row in rows if not all(row[1:])] == []
 
 
 def attacker(body):

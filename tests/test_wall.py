@@ -18,7 +18,16 @@ from core.memory.store import AgentStore
 from core.scope import enter_scope
 from tests.test_rls import NOW, _member_with_data
 
-MEMBER_TABLES = ["agents", "blocks", "messages", "summaries", "passages", "events", "outbox"]
+MEMBER_TABLES = [
+    "agents",
+    "blocks",
+    "messages",
+    "message_vectors",
+    "summaries",
+    "passages",
+    "events",
+    "outbox",
+]
 
 
 async def _seen(session) -> set[int]:

@@ -127,8 +127,9 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
 
 
 async def _holds_vectors(connection: AsyncConnection) -> bool:
-    """Whether any message or passage has a vector (messages have none before 0012)."""
-    for table in ("messages", "passages"):
+    """Whether any message or passage has a vector (messages have none before 0012, and
+    keep them in `message_vectors` from 0018)."""
+    for table in ("message_vectors", "messages", "passages"):
         has_column = await connection.scalar(
             text(
                 "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "

@@ -27,7 +27,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.errors import ConfigError
-from core.models import Block, Message
+from core.memory import terms
+from core.models import Block, Message, MessageVector
 from core.scope import Scope
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -148,4 +149,10 @@ async def import_conversation(
     ]
     session.add_all(messages)
     await session.flush()
+    # As AgentStore stores a searchable message: a row waiting for its vector, its words counted.
+    session.add_all(
+        MessageVector(message_id=m.id, tenant_id=m.tenant_id, agent_id=m.agent_id) for m in messages
+    )
+    await session.flush()
+    await terms.recount(session, scope)
     return scope, {m.id: t["dia_id"] for m, (t, _) in zip(messages, turns, strict=True)}

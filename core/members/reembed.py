@@ -10,12 +10,13 @@ An operator command, not an agent action. Nothing is destroyed on a guess: the m
 asked first, and a new dimension is filled into a side column while the old vectors and
 their index keep serving searches; the swap (column, HNSW index, `meta`) is one
 transaction at the end. An interrupted run leaves the side column behind and the next run
-continues it.
+continues it. Passages hold their vectors; messages' are in `message_vectors` (`KINDS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -26,11 +27,31 @@ from core.memory.embeddings import EMBED_CHARS
 from core.ports import Embedder, Progress
 
 SIDE_COLUMN = "embedding_next"
-# table -> (the text embedded, the rows that have one, the HNSW index on `embedding`)
-TABLES = {
-    "passages": ("text", "TRUE", "passages_embedding"),
-    "messages": ("search_text", "search_text IS NOT NULL", "messages_embedding"),
-}
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """Where one kind of row keeps its vectors (alias `v`), and what is embedded for it."""
+
+    table: str  # the table holding the `embedding` column
+    key: str  # the row's id in that table
+    rows: str  # FROM clause: the table as `v`, joined to where the text lives
+    text: str  # the text embedded
+    index: str  # the HNSW index on `embedding`
+    missing: str  # the partial index on rows waiting for a vector
+
+
+KINDS = (
+    Vectors("passages", "id", "passages v", "v.text", "passages_embedding", "passages_unembedded"),
+    Vectors(  # a searchable message's vector is beside it (migration 0018)
+        "message_vectors",
+        "message_id",
+        "message_vectors v JOIN messages m ON m.tenant_id = v.tenant_id AND m.id = v.message_id",
+        "m.search_text",
+        "message_vectors_embedding",
+        "message_vectors_missing",
+    ),
+)
 
 
 def _quiet(done: int, total: int) -> None:
@@ -60,14 +81,12 @@ async def held_dimension(sessions: async_sessionmaker[AsyncSession]) -> int:
     return int(value)
 
 
-async def _count(sessions: async_sessionmaker[AsyncSession], column: str, where: str) -> int:
+async def _count(sessions: async_sessionmaker[AsyncSession], where: str) -> int:
     total = 0
     async with sessions() as session:
-        for table, (_, has_text, _) in TABLES.items():
+        for kind in KINDS:
             total += int(
-                await session.scalar(
-                    text(f"SELECT count(*) FROM {table} WHERE {has_text} AND {where}")
-                )
+                await session.scalar(text(f"SELECT count(*) FROM {kind.table} v WHERE {where}"))
                 or 0
             )
     return total
@@ -82,25 +101,26 @@ async def _fill(
     progress: Progress,
 ) -> int:
     """Embed the passages, then the messages, matching `where` into `column`, in id order."""
-    total = await _count(sessions, column, where)
+    total = await _count(sessions, where)
     done = 0
     progress(0, total)
-    for table, (source, has_text, _) in TABLES.items():
+    for kind in KINDS:
         last_id = 0
         while True:
             async with sessions() as session, session.begin():
                 rows = (
                     await session.execute(
                         text(
-                            f"SELECT id, {source} AS text FROM {table} WHERE id > :last "
-                            f"AND {has_text} AND {where} ORDER BY id LIMIT :n"
+                            f"SELECT v.{kind.key} AS id, v.tenant_id, {kind.text} AS text "
+                            f"FROM {kind.rows} WHERE v.{kind.key} > :last AND {where} "
+                            f"ORDER BY v.{kind.key} LIMIT :n"
                         ),
                         {"last": last_id, "n": batch},
                     )
                 ).all()
                 if not rows:
                     break
-                await _store(session, table, column, rows, await embedder.embed(_texts(rows)))
+                await _store(session, kind, column, rows, await embedder.embed(_texts(rows)))
             done += len(rows)
             last_id = rows[-1].id
             progress(done, total)
@@ -112,11 +132,21 @@ def _texts(rows: Sequence[Any]) -> list[str]:
 
 
 async def _store(
-    session: AsyncSession, table: str, column: str, rows: Sequence[Any], vectors: list[list[float]]
+    session: AsyncSession,
+    kind: Vectors,
+    column: str,
+    rows: Sequence[Any],
+    vectors: list[list[float]],
 ) -> None:
     await session.execute(
-        text(f"UPDATE {table} SET {column} = CAST(:v AS vector) WHERE id = :id"),
-        [{"id": row.id, "v": str(list(v))} for row, v in zip(rows, vectors, strict=True)],
+        text(
+            f"UPDATE {kind.table} SET {column} = CAST(:v AS vector) "
+            f"WHERE tenant_id = :tenant AND {kind.key} = :id"
+        ),
+        [
+            {"id": row.id, "tenant": row.tenant_id, "v": str(list(v))}
+            for row, v in zip(rows, vectors, strict=True)
+        ],
     )
 
 
@@ -129,7 +159,7 @@ async def reembed(
 ) -> int:
     """Embed every passage and message again (or those without a vector); returns how many."""
     await check_model(embedder, await held_dimension(sessions))
-    where = "embedding IS NULL" if only_missing else "TRUE"
+    where = "v.embedding IS NULL" if only_missing else "TRUE"
     return await _fill(sessions, embedder, "embedding", where, batch, progress)
 
 
@@ -143,25 +173,26 @@ async def change_dimension(
     """Give every passage and message a `dim`-dimension vector, then swap them in."""
     await check_model(embedder, dim)
     async with sessions() as session, session.begin():
-        for table in TABLES:
-            await _side_column(session, table, dim)
-    count = await _fill(sessions, embedder, SIDE_COLUMN, f"{SIDE_COLUMN} IS NULL", batch, progress)
+        for kind in KINDS:
+            await _side_column(session, kind.table, dim)
+    missing = f"v.{SIDE_COLUMN} IS NULL"
+    count = await _fill(sessions, embedder, SIDE_COLUMN, missing, batch, progress)
     async with sessions() as session, session.begin():
-        for table, (source, has_text, _) in TABLES.items():
-            await session.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+        for kind in KINDS:
+            await session.execute(text(f"LOCK TABLE {kind.table} IN SHARE ROW EXCLUSIVE MODE"))
             rows = (  # rows stored meanwhile: embed them under the lock, then swap
                 await session.execute(
                     text(
-                        f"SELECT id, {source} AS text FROM {table} "
-                        f"WHERE {SIDE_COLUMN} IS NULL AND {has_text}"
+                        f"SELECT v.{kind.key} AS id, v.tenant_id, {kind.text} AS text "
+                        f"FROM {kind.rows} WHERE {missing}"
                     )
                 )
             ).all()
             if rows:
-                await _store(session, table, SIDE_COLUMN, rows, await embedder.embed(_texts(rows)))
+                await _store(session, kind, SIDE_COLUMN, rows, await embedder.embed(_texts(rows)))
                 count += len(rows)
-        for table in TABLES:
-            await _swap(session, table)
+        for kind in KINDS:
+            await _swap(session, kind)
         await _record(session, dim)
     return count
 
@@ -174,15 +205,15 @@ async def adopt_dimension(sessions: async_sessionmaker[AsyncSession], dim: int) 
     without a re-embedding run: the rows get vectors from the embedding worker afterwards.
     """
     async with sessions() as session, session.begin():
-        for table in TABLES:
-            await session.execute(text(f"LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"))
+        for kind in KINDS:
+            await session.execute(text(f"LOCK TABLE {kind.table} IN SHARE ROW EXCLUSIVE MODE"))
             if await session.scalar(
-                text(f"SELECT EXISTS (SELECT 1 FROM {table} WHERE embedding IS NOT NULL)")
+                text(f"SELECT EXISTS (SELECT 1 FROM {kind.table} WHERE embedding IS NOT NULL)")
             ):
                 return False
-        for table in TABLES:
-            await _side_column(session, table, dim)
-            await _swap(session, table)
+        for kind in KINDS:
+            await _side_column(session, kind.table, dim)
+            await _swap(session, kind)
         await _record(session, dim)
     return True
 
@@ -203,29 +234,17 @@ async def _side_column(session: AsyncSession, table: str, dim: int) -> None:
         )
 
 
-async def _swap(session: AsyncSession, table: str) -> None:
-    index = TABLES[table][2]
+async def _swap(session: AsyncSession, kind: Vectors) -> None:
+    table = kind.table
     for statement in (
-        f"DROP INDEX IF EXISTS {index}",
-        f"ALTER TABLE {table} DROP COLUMN embedding",
+        f"DROP INDEX IF EXISTS {kind.index}",
+        f"ALTER TABLE {table} DROP COLUMN embedding",  # the partial index goes with it
         f"ALTER TABLE {table} RENAME COLUMN {SIDE_COLUMN} TO embedding",
-        f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops)",
+        f"CREATE INDEX {kind.index} ON {table} USING hnsw (embedding vector_cosine_ops)",
+        f"CREATE INDEX IF NOT EXISTS {kind.missing} ON {table} ({kind.key}) "
+        "WHERE embedding IS NULL",
     ):
         await session.execute(text(statement))
-    if table == "messages":  # the partial index went with the old column
-        await session.execute(
-            text(
-                "CREATE INDEX IF NOT EXISTS messages_unembedded ON messages (id) "
-                "WHERE embedding IS NULL AND search_text IS NOT NULL"
-            )
-        )
-    else:
-        await session.execute(
-            text(
-                "CREATE INDEX IF NOT EXISTS passages_unembedded ON passages (id) "
-                "WHERE embedding IS NULL"
-            )
-        )
 
 
 async def _record(session: AsyncSession, dim: int) -> None:

@@ -5,8 +5,9 @@
                                         at start (the catch-up), when `wake()` is called after
                                         a turn commits, and every `interval` seconds
 
-A reply never waits for an embedding: the turn stores its messages without vectors and
-commits, and the worker embeds them in batches afterwards. A message is stored before any
+A reply never waits for an embedding: the turn stores its messages without vectors (each
+searchable one with an empty `message_vectors` row) and commits, and the worker embeds them
+in batches afterwards. A message is stored before any
 vector exists, so a crash only delays its embedding (the next pass, in any process, finds
 it); until then full text search finds it. One process embeds at a time (a Postgres
 advisory lock); the others skip the pass.
@@ -29,11 +30,24 @@ log = logging.getLogger(__name__)
 
 EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
 WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
-# (table, the text embedded, which rows have one): what search reads, as stored for search.
-TABLES = (
-    ("messages", "search_text", "search_text IS NOT NULL"),
-    ("passages", "text", "TRUE"),
-)
+# What search reads, as stored for search: a message's vector waits in its `message_vectors`
+# row (migration 0018), a passage's in its own row. Each: the rows without a vector, by key,
+# with the text to embed; and the statement that stores one (a vector never overwritten).
+WAITING = {
+    "messages": (
+        "SELECT v.message_id AS id, v.tenant_id, m.search_text AS text FROM message_vectors v "
+        "JOIN messages m ON m.tenant_id = v.tenant_id AND m.id = v.message_id "
+        "WHERE v.embedding IS NULL AND v.message_id > :last ORDER BY v.message_id LIMIT :n",
+        "UPDATE message_vectors SET embedding = CAST(:v AS vector) "
+        "WHERE tenant_id = :tenant AND message_id = :id AND embedding IS NULL",
+    ),
+    "passages": (
+        "SELECT id, tenant_id, text FROM passages "
+        "WHERE embedding IS NULL AND id > :last ORDER BY id LIMIT :n",
+        "UPDATE passages SET embedding = CAST(:v AS vector) "
+        "WHERE tenant_id = :tenant AND id = :id AND embedding IS NULL",
+    ),
+}
 
 
 async def embed_missing(
@@ -41,30 +55,22 @@ async def embed_missing(
 ) -> int:
     """Embed every message and passage that has no vector yet; returns how many."""
     done = 0
-    for table, column, has_text in TABLES:
+    for waiting, store in WAITING.values():
         last_id = 0
         while True:
             async with sessions() as session:
-                rows = (
-                    await session.execute(
-                        text(
-                            f"SELECT id, {column} AS text FROM {table} WHERE embedding IS NULL "
-                            f"AND {has_text} AND id > :last ORDER BY id LIMIT :n"
-                        ),
-                        {"last": last_id, "n": batch},
-                    )
-                ).all()
+                rows = (await session.execute(text(waiting), {"last": last_id, "n": batch})).all()
             if not rows:
                 break
             # No transaction is open while the model works: turns never wait on these rows.
             vectors = await embedder.embed([row.text[:EMBED_CHARS] for row in rows])
             async with sessions() as session, session.begin():
                 await session.execute(
-                    text(
-                        f"UPDATE {table} SET embedding = CAST(:v AS vector) "
-                        "WHERE id = :id AND embedding IS NULL"
-                    ),
-                    [{"id": r.id, "v": str(list(v))} for r, v in zip(rows, vectors, strict=True)],
+                    text(store),
+                    [
+                        {"id": r.id, "tenant": r.tenant_id, "v": str(list(v))}
+                        for r, v in zip(rows, vectors, strict=True)
+                    ],
                 )
             done += len(rows)
             last_id = rows[-1].id

@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory import keywords
 from core.memory.ranking import ANCHORS, DEPTH, NEIGHBOUR_WEIGHTS, SPEAKER_WEIGHT, fuse
 from core.scope import Scope
 
@@ -48,11 +49,12 @@ class Page:
     total: int
 
 
-# Ranked keyword search over one table's `tsv`; `{table}`, `{filter}` and `{corpus}` are fixed
-# strings. The agent's rows holding any of the words are read once (`matches`, one bitmap scan
-# of the GIN index for the OR of the words); document frequencies and scores are computed
-# from them in memory, and only the page's rows are fetched again. The corpus size counts the
-# agent's rows in a partial index, so it is an index-only scan. MATERIALIZED: inlined, a stale
+# Ranked keyword search over passages (messages: core.memory.keywords, which reads kept term
+# statistics and scores the same way); `{table}`, `{filter}` and `{corpus}` are fixed
+# strings. The agent's rows holding any of the words are read once (`matches`, one bitmap
+# scan of the GIN index for the OR of the words); document frequencies and scores are
+# computed from them in memory, and only the page's rows are fetched again. The corpus size
+# counts the agent's rows in an index (an index-only scan). MATERIALIZED: inlined, a stale
 # row estimate once made Postgres rerun the corpus count per row.
 _KEYWORD_SQL = """
 WITH terms AS MATERIALIZED (
@@ -144,10 +146,27 @@ async def recall_search(
     higher. Without `embedding`, key words alone, and every match counts in the total.
     """
     if embedding is None:
-        return await _keyword_search(session, scope, "messages", query, page, page_size, skip_event)
+        return await _recall_by_words(session, scope, query, page, page_size, skip_event)
     return await _hybrid_search(
         session, scope, "messages", query, embedding, page, page_size, skip_event, speaker
     )
+
+
+async def _recall_by_words(
+    session: AsyncSession,
+    scope: Scope,
+    query: str,
+    page: int,
+    page_size: int,
+    skip_event: int | None,
+) -> Page:
+    words = await keywords.weights(session, scope, query)
+    offset = (page - 1) * page_size
+    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event, total=True)
+    if not rows and page > 1:  # past the end: report the real number of pages
+        first = await keywords.ranked(session, scope, words, 1, 0, skip_event, total=True)
+        return _page_of([], page, page_size, int(first[0].total) if first else 0)
+    return _page_of(rows, page, page_size)
 
 
 async def recall_by_date(
@@ -207,10 +226,12 @@ async def archival_search(
 
 # ---------------------------------------------------------------- fusion
 
+# The nearest rows by cosine distance. A message's vector is in `message_vectors` (migration
+# 0018), joined back for the same filter as the full text side; a passage's is in its row.
 _NEAREST_SQL = """
-SELECT r.id FROM {table} r
-WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.embedding IS NOT NULL {filter}
-ORDER BY r.embedding <=> CAST(:q AS vector)
+SELECT {vector_id} AS id FROM {vectors}
+WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {filter}
+ORDER BY v.embedding <=> CAST(:q AS vector)
 LIMIT :limit
 """
 
@@ -248,14 +269,17 @@ def _columns(table: str) -> dict[str, str]:
     if table == "messages":
         return {
             "table": "messages",
+            "vectors": "message_vectors v JOIN messages r "
+            "ON r.tenant_id = v.tenant_id AND r.id = v.message_id",
+            "vector_id": "v.message_id",
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
-            # the predicate of the partial index messages_agent_order (migration 0012)
-            "corpus": "AND r.search_text IS NOT NULL",
             "text_col": "r.search_text",
             "kind_col": "r.role",
         }
     return {
         "table": "passages",
+        "vectors": "passages v",
+        "vector_id": "v.id",
         "filter": "",
         "corpus": "",
         "text_col": "r.text",
@@ -282,13 +306,17 @@ async def _hybrid_search(
         "limit": DEPTH,
         "offset": 0,
     }
-    keyword_sql = _KEYWORD_SQL.format(**columns)
-    rows = await session.execute(text(keyword_sql), {**params, "query": query})
-    by_words = [r.id for r in rows]
+    if table == "messages":
+        words = await keywords.weights(session, scope, query)
+        by_words = await keywords.best(session, scope, words, DEPTH, skip_event)
+    else:
+        keyword_sql = _KEYWORD_SQL.format(**columns)
+        rows = await session.execute(text(keyword_sql), {**params, "query": query})
+        by_words = [r.id for r in rows]
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     vector = str([float(x) for x in embedding])
-    rows = await session.execute(text(_NEAREST_SQL.format(**columns)), {**params, "q": vector})
-    by_meaning = [r.id for r in rows]
+    nearest = await session.execute(text(_NEAREST_SQL.format(**columns)), {**params, "q": vector})
+    by_meaning = [r.id for r in nearest]
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:
         near, further = await _neighbours(session, columns, params, fused[:ANCHORS])
@@ -306,8 +334,8 @@ async def _hybrid_search(
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
-        rows = await session.execute(text(_ROWS_SQL.format(**columns)), {**params, "ids": wanted})
-        found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in rows}
+        result = await session.execute(text(_ROWS_SQL.format(**columns)), {**params, "ids": wanted})
+        found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in result}
     hits = [found[row_id] for row_id in wanted if row_id in found]
     return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))
 

@@ -25,8 +25,20 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
 from core.events import EventStatus
+from core.memory import terms
 from core.memory.prompt import Entry, counted, render
-from core.models import Agent, Block, Event, Message, Passage, Reply, Summary, Tenant, User
+from core.models import (
+    Agent,
+    Block,
+    Event,
+    Message,
+    MessageTerm,
+    Passage,
+    Reply,
+    Summary,
+    Tenant,
+    User,
+)
 from core.scope import Scope
 
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
@@ -153,9 +165,11 @@ class AgentStore:
         entry = counted(message, self.max_message_tokens)
         # One INSERT on the table, not a flush of the session: nothing else waits to go out
         # with it (the agent row's changes leave once, with the turn's last ones).
-        message.id = await self.session.scalar(
-            insert(MESSAGES).values(**values, tokens=message.tokens).returning(MESSAGES.c.id)
-        )
+        stored = insert(MESSAGES).values(**values, tokens=message.tokens)
+        if message.search_text is None:
+            message.id = await self.session.scalar(stored.returning(MESSAGES.c.id))
+        else:  # with its vector's row and its words counted, in the same statement
+            message.id = await self.session.scalar(terms.counted_insert(stored))
         if message.in_context:
             await self._changed()
         return entry
@@ -180,7 +194,7 @@ class AgentStore:
         answered afterwards, with the new memory, and a file not yet answered keeps its
         passages for that answer; replies not yet delivered still find their way back; a
         platform's redelivery of an answered message is still recognised."""
-        for model in (Message, Summary, Block):
+        for model in (Message, MessageTerm, Summary, Block):
             await self.session.execute(delete(model).where(self._mine(model)))
         unanswered = select(Event.id).where(
             self._mine(Event), Event.status.in_([EventStatus.PENDING, EventStatus.WAITING])
@@ -199,6 +213,7 @@ class AgentStore:
         await self.session.execute(
             delete(Message).where(self._mine(Message), Message.event_id.is_not(None))
         )
+        await terms.recount(self.session, self.scope)
         await self.session.execute(delete(Summary).where(self._mine(Summary)))
         await self._changed()
 

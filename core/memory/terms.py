@@ -1,0 +1,82 @@
+"""Each agent's term statistics for ranking its messages by key words (migration 0019).
+
+    message_terms (tenant_id, agent_id, lexeme, messages)
+        how many of the agent's searchable messages hold each lexeme of their `tsv`;
+        the row with the lexeme CORPUS ('') counts the searchable messages themselves
+
+    counted_insert(message_insert)   the statement storing a searchable message: the message,
+                                     its waiting vector row and its terms counted, one round trip
+    recount(session, scope)          count one agent's messages again (after a bulk change)
+    RECOUNT_ALL                      the same for every agent (bulk loads, the migration)
+
+Full text ranking weighs a word by how rare it is among the agent's messages (inverse
+document frequency). Counting that per query meant reading every message holding the words
+and the agent's whole corpus on every search; these counts are kept as messages come and go.
+`AgentStore` counts each message it stores, and an agent's counts go with the agent (a
+foreign key, ON DELETE CASCADE) or are cleared with its messages; paths that change many
+messages at once (eval's reset to an imported past, bulk loaders) call `recount`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Insert, Select, Table, func, insert, literal, select, text
+from sqlalchemy.dialects.postgresql import insert as upsert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from core.models import Message, MessageTerm, MessageVector
+from core.scope import Scope
+
+CORPUS = ""  # no lexeme is empty: this row counts the searchable messages
+MESSAGES: Table = Message.__table__  # type: ignore[assignment]
+VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
+TERMS: Table = MessageTerm.__table__  # type: ignore[assignment]
+
+# Every agent's counts, from its messages (the table empty, or the agents' rows deleted).
+RECOUNT_ALL = """
+INSERT INTO message_terms (tenant_id, agent_id, lexeme, messages)
+SELECT tenant_id, agent_id, lexeme, count(*) FROM messages,
+       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
+WHERE search_text IS NOT NULL {where}
+GROUP BY tenant_id, agent_id, lexeme
+"""
+
+
+def counted_insert(message: Insert) -> Select[tuple[int]]:
+    """`message` (an INSERT of one searchable message) with what comes with it: the empty
+    `message_vectors` row the embedding worker fills, and its lexemes counted for its agent.
+    Selects the new message's id."""
+    new = message.returning(
+        MESSAGES.c.id, MESSAGES.c.tenant_id, MESSAGES.c.agent_id, MESSAGES.c.tsv
+    ).cte("new_message")
+    vector = (
+        insert(VECTORS)
+        .from_select(
+            ["message_id", "tenant_id", "agent_id"],
+            select(new.c.id, new.c.tenant_id, new.c.agent_id),
+        )
+        .cte("new_vector")
+    )
+    lexeme = func.unnest(func.array_append(func.tsvector_to_array(new.c.tsv), literal(CORPUS)))
+    counted = upsert(TERMS).from_select(
+        ["tenant_id", "agent_id", "lexeme", "messages"],
+        select(new.c.tenant_id, new.c.agent_id, lexeme.label("lexeme"), literal(1))
+        .select_from(new)
+        .order_by(text("lexeme")),  # one order of row locks for every writer
+    )
+    counted = counted.on_conflict_do_update(
+        index_elements=[TERMS.c.tenant_id, TERMS.c.agent_id, TERMS.c.lexeme],
+        set_={"messages": TERMS.c.messages + counted.excluded.messages},
+    )
+    return select(new.c.id).add_cte(vector).add_cte(counted.cte("new_terms"))
+
+
+async def recount(session: AsyncSession, scope: Scope) -> None:
+    """Count the agent's searchable messages and their lexemes again, from the messages."""
+    params = {"tenant": scope.tenant_id, "agent": scope.agent_id}
+    await session.execute(
+        text("DELETE FROM message_terms WHERE tenant_id = :tenant AND agent_id = :agent"),
+        params,
+    )
+    await session.execute(
+        text(RECOUNT_ALL.format(where="AND tenant_id = :tenant AND agent_id = :agent")), params
+    )
