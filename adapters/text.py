@@ -121,14 +121,18 @@ def split_message(text: str, limit: int) -> list[str]:
 
 # Inline markdown, leftmost first; at one place the first alternative wins. Emphasis needs
 # text against its markers and no letter outside them (5*3*2 and snake_case stay as they are).
+# What emphasis holds (`_HELD`) takes code spans whole: it never ends inside one, so a
+# marker in code (`*`) cannot close an emphasis begun outside it.
+_CODE = r"``[^\n]+?``|`[^`\n]+`"
+_HELD = rf"(?:{_CODE}|`(?![^`\n]*`)|[^`\n])+?"
 _INLINE = re.compile(
-    r"(?P<code>``[^\n]+?``|`[^`\n]+`)"
+    rf"(?P<code>{_CODE})"
     r"|!?\[(?P<label>[^\]\n]+)\]\((?P<url>(?:https?://|mailto:)[^)\s]+)\)"
-    r"|(?<!\*)\*\*(?=\S)(?P<bold>.+?)(?<=\S)\*\*(?!\*)"
-    r"|(?<!\w)__(?=\S)(?P<bold_>.+?)(?<=\S)__(?!\w)"
-    r"|~~(?=\S)(?P<strike>.+?)(?<=\S)~~"
-    r"|(?<![\w*])\*(?=[^\s*])(?P<em>.+?)(?<=[^\s*])\*(?![\w*])"
-    r"|(?<!\w)_(?=[^\s_])(?P<em_>.+?)(?<=[^\s_])_(?!\w)"
+    rf"|(?<!\*)\*\*(?=\S)(?P<bold>{_HELD})(?<=\S)\*\*(?!\*)"
+    rf"|(?<!\w)__(?=\S)(?P<bold_>{_HELD})(?<=\S)__(?!\w)"
+    rf"|~~(?=\S)(?P<strike>{_HELD})(?<=\S)~~"
+    rf"|(?<![\w*])\*(?=[^\s*])(?P<em>{_HELD})(?<=[^\s*])\*(?![\w*])"
+    rf"|(?<!\w)_(?=[^\s_])(?P<em_>{_HELD})(?<=[^\s_])_(?!\w)"
 )
 _HEADING = re.compile(r" {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*")
 _BULLET = re.compile(r"^([ \t]*)[*+][ \t]+(?=\S)")
