@@ -16,11 +16,12 @@ between turns (`core.memory.contexts`) is never used after it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, delete, event, func, insert, select, update
+from sqlalchemy import Executable, Table, bindparam, delete, event, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
@@ -57,6 +58,17 @@ def write_block(block: Block, value: str, now: datetime) -> None:
         )
     block.value = value
     block.updated_at = now
+
+
+@functools.cache
+def _message_insert(columns: tuple[str, ...], searchable: bool) -> Executable:
+    """The INSERT of one message with these columns, built once: building the statement
+    (a searchable message's carries its vector row and its counted words) costs more CPU
+    than sending it. Returns the new message's id."""
+    stored = insert(MESSAGES).values({c: bindparam(c, type_=MESSAGES.c[c].type) for c in columns})
+    if searchable:  # with its vector's row and its words counted, in the same statement
+        return terms.counted_insert(stored)
+    return stored.returning(MESSAGES.c.id)
 
 
 class AgentStore:
@@ -165,11 +177,10 @@ class AgentStore:
         entry = counted(message, self.max_message_tokens)
         # One INSERT on the table, not a flush of the session: nothing else waits to go out
         # with it (the agent row's changes leave once, with the turn's last ones).
-        stored = insert(MESSAGES).values(**values, tokens=message.tokens)
-        if message.search_text is None:
-            message.id = await self.session.scalar(stored.returning(MESSAGES.c.id))
-        else:  # with its vector's row and its words counted, in the same statement
-            message.id = await self.session.scalar(terms.counted_insert(stored))
+        values["tokens"] = message.tokens
+        searchable = message.search_text is not None
+        statement = _message_insert(tuple(sorted(values)), searchable)
+        message.id = await self.session.scalar(statement, values)
         if message.in_context:
             await self._changed()
         return entry
