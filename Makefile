@@ -17,7 +17,9 @@ chat: $(BIN)/companion  ## install, then chat with your own agent (embedded data
 	$(BIN)/companion chat
 
 # The browser tests run in a process of their own: in one process with the whole suite,
-# headless Chromium has twice stopped answering Playwright mid-test (not seen on its own).
+# headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
+# own. Each browser test has its own Chromium and runs again once if that one stops
+# answering (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
 test: $(BIN)/companion  ## install, then run the whole test suite
 	$(BIN)/pytest --ignore=tests/test_browser.py
 	$(BIN)/pytest tests/test_browser.py
