@@ -20,8 +20,10 @@ chat: $(BIN)/companion  ## install, then chat with your own agent (embedded data
 # headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
 # own. Each browser test has its own Chromium and runs again once if that one stops
 # answering (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
+# Two workers (pytest-xdist), each with an embedded Postgres of its own: 7 minutes on 2 cores
+# where one process takes 13.
 test: $(BIN)/companion  ## install, then run the whole test suite
-	$(BIN)/pytest --ignore=tests/test_browser.py
+	$(BIN)/pytest -n 2 --ignore=tests/test_browser.py
 	$(BIN)/pytest tests/test_browser.py
 
 lint: $(BIN)/companion

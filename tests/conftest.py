@@ -1,4 +1,5 @@
-"""Shared fixtures: one embedded Postgres per test run, a fresh schema per test, a fake model.
+"""Shared fixtures: one embedded Postgres per test process (per xdist worker), a fresh schema
+per test, a fake model.
 
 pg_url           the embedded server's URL, as its superuser (session-wide; started once)
 schema           a new, migrated schema for this test: tests never see each other's rows; set
