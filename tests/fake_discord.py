@@ -101,6 +101,7 @@ class FakeDiscord:
         self.guilds: dict[int, dict[str, Any]] = {}  # guild id -> its GUILD_CREATE payload
         self.recommended_shards = 1
         self.bot_gateway_url: str | None = None  # what GET /gateway/bot gives; None: ours
+        self.gateway_bot_down = 0  # so many GET /gateway/bot answer 503, as in an outage
         self.identified: list[tuple[int, int, str]] = []  # (shard id, count, token)
         self.connections: list[Connection] = []
         self.refuse_identify: tuple[int, str] | None = None  # (close code, reason)
@@ -255,6 +256,9 @@ class FakeDiscord:
         if path.startswith("/attachments/"):
             data = self.files.get(path.removeprefix("/attachments/"))
             return web.Response(body=data) if data is not None else _error(404, 10003)
+        if (method, path) == ("GET", "/gateway/bot") and self.gateway_bot_down > 0:
+            self.gateway_bot_down -= 1
+            return _json({"message": "503: Service Unavailable", "code": 0}, status=503)
         if (method, path) == ("GET", "/gateway/bot"):
             limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
             shards, url = self.recommended_shards, self.bot_gateway_url or self.gateway_url

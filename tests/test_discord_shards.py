@@ -245,6 +245,50 @@ async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gatewa
     assert len(api.find("PUT", f"/applications/{APP_ID}/commands")) == 1
 
 
+async def test_auto_waits_out_an_outage_of_discords_api_for_the_shard_count(fake, pg_url, schema):
+    """Discord's API answers 503 to the first asks for the recommended count: Discord is
+    `retrying` with that reason in /readyz (not refused for good), then every shard connects
+    and answers."""
+    servers = {shard: server(shard, of=2) for shard in range(2)}
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
+        api.recommended_shards = 2
+        api.gateway_bot_down = 2
+        port = free_port()
+        env = cli_env(
+            fake,
+            pg_url,
+            schema,
+            DISCORD_TOKEN="token-auto",
+            DISCORD_API_URL=api.api_url,
+            DISCORD_GATEWAY_URL=api.gateway_url,
+            COMPANION_DISCORD_SHARDS="auto",
+            COMPANION_HTTP_HOST="127.0.0.1",
+            COMPANION_HTTP_PORT=str(port),
+        )
+        proc = await start(env)
+        try:
+
+            def asking_again(status: int, body: dict[str, Any]) -> bool:
+                discord = body.get("platforms", {}).get("Discord", {})
+                return discord.get("state") == "retrying"
+
+            waiting = await until_ready_state(port, asking_again, 60)
+            assert "shard count" in waiting["platforms"]["Discord"]["detail"]
+            assert "503" in waiting["platforms"]["Discord"]["detail"] and not waiting["ready"]
+            ready = await until_ready_state(port, lambda status, body: status == 200, 60)
+            assert shard_states(ready) == {f"Discord shard {n}/2": "connected" for n in range(2)}
+            assert api.gateway_bot_down == 0
+            guild_id, channel_id, _ = servers[1]
+            await api.dispatch("MESSAGE_CREATE", mention(guild_id, channel_id, "still here?"))
+            await api.wait_for(lambda: api.sent(channel_id), within=60)
+        finally:
+            code, err = await stop(proc)
+    assert code == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    assert api.texts(channel_id) == ["You said: still here?"]
+    assert sorted(api.identified) == [(n, 2, "token-auto") for n in range(2)]
+
+
 async def test_a_shard_that_drops_is_retrying_then_connected_and_reads_back_what_it_missed(
     fake, pg_url, schema
 ):

@@ -19,9 +19,12 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import aiohttp
 import discord
 
 from adapters.common import Services
@@ -29,6 +32,12 @@ from adapters.discord.catchup import catch_up
 from adapters.discord.client import CompanionClient
 
 ShardStatus = Callable[[int, str, str], None]  # (shard id, state, detail)
+RECOUNT_SECONDS = (1, 2, 5, 10, 30)  # waits between asks for the recommended count
+
+
+def _passing(error: discord.HTTPException) -> bool:
+    """An answer worth waiting out: Discord's own outage (5xx) or its rate limit (429)."""
+    return error.status >= 500 or error.status == 429
 
 
 def shard_of(guild_id: int, count: int) -> int:
@@ -72,10 +81,29 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         DISCORD_GATEWAY_URL when set (else Discord's own), where it reconnects them later too.
         (Asked by discord.py itself, the count would come with Discord's gateway address.)"""
         if self.shard_count is None and not self.is_closed():
-            self.shard_count, _, _ = await self.http.get_bot_gateway()
+            self.shard_count = await self._recommended_count()
         for shard in self.shard_ids or range(self.shard_count or 0):
             self.on_shard_status(shard, "starting", "waiting for its turn to connect")
         await super().launch_shards()
+
+    async def _recommended_count(self) -> int:
+        """Asked until Discord answers: an outage of its API (5xx) or of the network is
+        `retrying` with the reason, as a gateway connection that drops is; anything else
+        (a refused token, say) is raised."""
+        for tries in itertools.count():
+            try:
+                count, _, _ = await self.http.get_bot_gateway()
+                return count
+            except (OSError, aiohttp.ClientError, TimeoutError, discord.GatewayNotFound) as e:
+                cause = e.__cause__ if isinstance(e, discord.GatewayNotFound) else e
+                if isinstance(cause, discord.HTTPException) and not _passing(cause):
+                    raise
+                delay = RECOUNT_SECONDS[min(tries, len(RECOUNT_SECONDS) - 1)]
+                why = f"{type(cause).__name__}: {cause}".strip(": ")
+                detail = f"cannot ask Discord for the shard count ({why}); again in {delay} s"
+                self.on_status("retrying", detail)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)
