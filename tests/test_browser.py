@@ -80,8 +80,12 @@ async def browser():
     from playwright.async_api import async_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    async with async_playwright() as playwright:
+    playwright = await async_playwright().start()
+    try:
         yield await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    finally:
+        async with answering("stopping Playwright"):
+            await playwright.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
