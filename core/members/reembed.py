@@ -192,7 +192,7 @@ async def change_dimension(
                 await _store(session, kind, SIDE_COLUMN, rows, await embedder.embed(_texts(rows)))
                 count += len(rows)
         for kind in KINDS:
-            await _swap(session, kind)
+            await _swap(session, kind, dim)
         await _record(session, dim)
     return count
 
@@ -213,7 +213,7 @@ async def adopt_dimension(sessions: async_sessionmaker[AsyncSession], dim: int) 
                 return False
         for kind in KINDS:
             await _side_column(session, kind.table, dim)
-            await _swap(session, kind)
+            await _swap(session, kind, dim)
         await _record(session, dim)
     return True
 
@@ -234,13 +234,15 @@ async def _side_column(session: AsyncSession, table: str, dim: int) -> None:
         )
 
 
-async def _swap(session: AsyncSession, kind: Vectors) -> None:
+async def _swap(session: AsyncSession, kind: Vectors, dim: int) -> None:
     table = kind.table
     for statement in (
         f"DROP INDEX IF EXISTS {kind.index}",
         f"ALTER TABLE {table} DROP COLUMN embedding",  # the partial index goes with it
         f"ALTER TABLE {table} RENAME COLUMN {SIDE_COLUMN} TO embedding",
-        f"CREATE INDEX {kind.index} ON {table} USING hnsw (embedding vector_cosine_ops)",
+        # Over half-precision copies, as migration 0020 makes it and searches order by.
+        f"CREATE INDEX {kind.index} ON {table} "
+        f"USING hnsw ((embedding::halfvec({int(dim)})) halfvec_cosine_ops)",
         f"CREATE INDEX IF NOT EXISTS {kind.missing} ON {table} ({kind.key}) "
         "WHERE embedding IS NULL",
     ):

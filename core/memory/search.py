@@ -231,7 +231,7 @@ async def archival_search(
 _NEAREST_SQL = """
 SELECT {vector_id} AS id FROM {vectors}
 WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {filter}
-ORDER BY v.embedding <=> CAST(:q AS vector)
+ORDER BY v.embedding::halfvec({dim}) <=> CAST(:q AS halfvec({dim}))
 LIMIT :limit
 """
 
@@ -315,7 +315,8 @@ async def _hybrid_search(
         by_words = [r.id for r in rows]
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     vector = str([float(x) for x in embedding])
-    nearest = await session.execute(text(_NEAREST_SQL.format(**columns)), {**params, "q": vector})
+    nearest_sql = _NEAREST_SQL.format(**columns, dim=len(embedding))  # as the index is made
+    nearest = await session.execute(text(nearest_sql), {**params, "q": vector})
     by_meaning = [r.id for r in nearest]
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:

@@ -143,13 +143,15 @@ def upgrade() -> None:
     )
     op.create_index("passages_agent", "passages", ["agent_id", "id"])
     op.create_index("passages_tsv", "passages", ["tsv"], postgresql_using="gin")
-    op.create_index(
-        "passages_embedding",
-        "passages",
-        ["embedding"],
-        postgresql_using="hnsw",
-        postgresql_ops={"embedding": "vector_cosine_ops"},
-    )
+    # Full precision: HNSW takes up to 2,000 numbers (0020 indexes halfvec copies).
+    if dim <= 2000:
+        op.create_index(
+            "passages_embedding",
+            "passages",
+            ["embedding"],
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        )
     op.create_table(
         "events",
         _id(),

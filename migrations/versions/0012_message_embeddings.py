@@ -23,9 +23,11 @@ depends_on = None
 def upgrade() -> None:
     dim = int(op.get_bind().scalar(sa.text("SELECT value FROM meta WHERE key = 'embedding_dim'")))
     op.execute(f"ALTER TABLE messages ADD COLUMN embedding vector({dim})")
-    op.execute(
-        "CREATE INDEX messages_embedding ON messages USING hnsw (embedding vector_cosine_ops)"
-    )
+    # Full precision: HNSW takes up to 2,000 numbers (0020 indexes halfvec copies).
+    if dim <= 2000:
+        op.execute(
+            "CREATE INDEX messages_embedding ON messages USING hnsw (embedding vector_cosine_ops)"
+        )
     op.execute(
         "CREATE INDEX messages_unembedded ON messages (id) "
         "WHERE embedding IS NULL AND search_text IS NOT NULL"
@@ -45,5 +47,5 @@ def downgrade() -> None:
     op.execute("DROP INDEX messages_agent_order")
     op.execute("DROP INDEX passages_unembedded")
     op.execute("DROP INDEX messages_unembedded")
-    op.execute("DROP INDEX messages_embedding")
+    op.execute("DROP INDEX IF EXISTS messages_embedding")
     op.execute("ALTER TABLE messages DROP COLUMN embedding")

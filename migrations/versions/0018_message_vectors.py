@@ -64,10 +64,12 @@ def upgrade() -> None:
         "SELECT tenant_id, agent_id, id, embedding FROM messages "
         "WHERE search_text IS NOT NULL OR embedding IS NOT NULL ORDER BY id"
     )
-    op.execute(
-        "CREATE INDEX message_vectors_embedding ON message_vectors "
-        "USING hnsw (embedding vector_cosine_ops)"
-    )
+    # Full precision: HNSW takes up to 2,000 numbers (0020 indexes halfvec copies).
+    if _dim() <= 2000:
+        op.execute(
+            "CREATE INDEX message_vectors_embedding ON message_vectors "
+            "USING hnsw (embedding vector_cosine_ops)"
+        )
     op.execute(
         "CREATE INDEX message_vectors_missing ON message_vectors (message_id) "
         "WHERE embedding IS NULL"
@@ -78,7 +80,7 @@ def upgrade() -> None:
     op.execute("ALTER TABLE message_vectors ENABLE ROW LEVEL SECURITY")
     op.execute("ALTER TABLE message_vectors FORCE ROW LEVEL SECURITY")
     _grant_member_role()
-    op.execute("DROP INDEX messages_embedding")
+    op.execute("DROP INDEX IF EXISTS messages_embedding")
     op.execute("DROP INDEX messages_unembedded")
     op.execute("ALTER TABLE messages DROP COLUMN embedding")
     # A dropped column's values stay in every row until the row is written again.
