@@ -272,11 +272,15 @@ async def companion(env: dict, *args: str, stdin: str = "") -> Run:
         env=env,
         cwd=ROOT,
     )
+    talking = asyncio.ensure_future(proc.communicate(stdin.encode()))
     try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), COMMAND_SECONDS)
+        out, err = await asyncio.wait_for(asyncio.shield(talking), COMMAND_SECONDS)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
+        proc.kill()  # its pipes close, so what it had said so far is still read
+        out, err = await talking
+        raise AssertionError(
+            f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
+            f"stdout: {out.decode()[-2000:]!r}; stderr: {err.decode()[-4000:]!r}"
+        ) from None
     assert proc.returncode is not None
     return Run(proc.returncode, out.decode(), err.decode())
