@@ -277,7 +277,10 @@ async def companion(env: dict, *args: str, stdin: str = "") -> Run:
         out, err = await asyncio.wait_for(asyncio.shield(talking), COMMAND_SECONDS)
     except TimeoutError:
         proc.kill()  # its pipes close, so what it had said so far is still read
-        out, err = await talking
+        try:  # unless a child of it holds them open
+            out, err = await asyncio.wait_for(talking, 10)
+        except TimeoutError:
+            out, err = b"", b"(unread: a child process kept its pipes open)"
         raise AssertionError(
             f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
             f"stdout: {out.decode()[-2000:]!r}; stderr: {err.decode()[-4000:]!r}"

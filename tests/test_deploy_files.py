@@ -47,7 +47,7 @@ def test_every_variable_the_manifests_set_is_one_companion_reads():
     pods |= set(env_of(one("discord-shards.yaml", "StatefulSet"))) - derived
     compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())
     bot = set(compose["services"]["bot"].get("environment", {}))
-    unknown = sorted((set(config) | set(secret) - FOR_POSTGRES | pods | bot) - known)
+    unknown = sorted((set(config) | (set(secret) - FOR_POSTGRES) | pods | bot) - known)
     assert unknown == [], f"the deploy files set variables Companion never reads: {unknown}"
 
 

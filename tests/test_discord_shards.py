@@ -60,6 +60,21 @@ def mention(guild_id: int, channel_id: int, words: str, who: int = ANN) -> dict[
     )
 
 
+def shard_env(fake, pg_url, schema, api, port, token: str, **extra: str) -> dict:
+    """`companion run` on the fake Discord `api` as bot `token`, serving /readyz on `port`."""
+    return cli_env(
+        fake,
+        pg_url,
+        schema,
+        DISCORD_TOKEN=token,
+        DISCORD_API_URL=api.api_url,
+        DISCORD_GATEWAY_URL=api.gateway_url,
+        COMPANION_HTTP_HOST="127.0.0.1",
+        COMPANION_HTTP_PORT=str(port),
+        **extra,
+    )
+
+
 def shard_states(body: dict[str, Any]) -> dict[str, str]:
     platforms = body.get("platforms", {})
     return {name: p["state"] for name, p in platforms.items() if name.startswith("Discord shard")}
@@ -86,16 +101,14 @@ async def test_two_processes_with_disjoint_shards_answer_exactly_their_servers(
         slices = {"a": "0-1/4", "b": "2-3/4"}
         procs = {}
         for name in ("a", "b"):
-            env = cli_env(
+            env = shard_env(
                 fake,
                 pg_url,
                 schema,
-                DISCORD_TOKEN=f"token-{name}",
-                DISCORD_API_URL=api.api_url,
-                DISCORD_GATEWAY_URL=api.gateway_url,
+                api,
+                ports[name],
+                f"token-{name}",
                 COMPANION_DISCORD_SHARDS=slices[name],
-                COMPANION_HTTP_HOST="127.0.0.1",
-                COMPANION_HTTP_PORT=str(ports[name]),
             )
             procs[name] = await start(env)
         errors: dict[str, str] = {}
@@ -188,16 +201,8 @@ async def test_auto_runs_every_shard_discord_recommends_at_the_configured_gatewa
         api.bot_gateway_url = f"ws://127.0.0.1:{free_port()}/nowhere"
         api.held.add(2)  # shard 2 gets its READY when the test says so
         port = free_port()
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            DISCORD_TOKEN="token-auto",
-            DISCORD_API_URL=api.api_url,
-            DISCORD_GATEWAY_URL=api.gateway_url,
-            COMPANION_DISCORD_SHARDS="auto",
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
+        env = shard_env(
+            fake, pg_url, schema, api, port, "token-auto", COMPANION_DISCORD_SHARDS="auto"
         )
         proc = await start(env)
         try:
@@ -255,16 +260,8 @@ async def test_auto_waits_out_an_outage_of_discords_api_for_the_shard_count(fake
         api.recommended_shards = 2
         api.gateway_bot_down = 2
         port = free_port()
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            DISCORD_TOKEN="token-auto",
-            DISCORD_API_URL=api.api_url,
-            DISCORD_GATEWAY_URL=api.gateway_url,
-            COMPANION_DISCORD_SHARDS="auto",
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
+        env = shard_env(
+            fake, pg_url, schema, api, port, "token-auto", COMPANION_DISCORD_SHARDS="auto"
         )
         proc = await start(env)
         try:
@@ -301,16 +298,8 @@ async def test_a_shard_that_drops_is_retrying_then_connected_and_reads_back_what
     async with FakeDiscord(BOT, APP_ID) as api:
         api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
         port = free_port()
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            DISCORD_TOKEN="token-one",
-            DISCORD_API_URL=api.api_url,
-            DISCORD_GATEWAY_URL=api.gateway_url,
-            COMPANION_DISCORD_SHARDS="0-1/2",
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
+        env = shard_env(
+            fake, pg_url, schema, api, port, "token-one", COMPANION_DISCORD_SHARDS="0-1/2"
         )
         proc = await start(env)
         try:
@@ -389,16 +378,8 @@ async def test_each_shard_reads_back_only_its_own_channels(
             api.history[channel_id] = [mention(guild_id, channel_id, f"missed on shard {shard}")]
         api.history[dm_channel] = [message(user(ANN, "Ann"), dm_channel, "missed in a DM")]
         port = free_port()
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            DISCORD_TOKEN="token-a",
-            DISCORD_API_URL=api.api_url,
-            DISCORD_GATEWAY_URL=api.gateway_url,
-            COMPANION_DISCORD_SHARDS="0-1/4",
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
+        env = shard_env(
+            fake, pg_url, schema, api, port, "token-a", COMPANION_DISCORD_SHARDS="0-1/4"
         )
         proc = await start(env)
         try:
@@ -437,17 +418,7 @@ async def test_a_shard_count_discord_refuses_is_one_clear_line_and_not_ready(
         api.refuse_identify = (code, reason)
         port = free_port()
         extra = {"COMPANION_DISCORD_SHARDS": shards} if shards else {}
-        env = cli_env(
-            fake,
-            pg_url,
-            schema,
-            DISCORD_TOKEN="token-big",
-            DISCORD_API_URL=api.api_url,
-            DISCORD_GATEWAY_URL=api.gateway_url,
-            COMPANION_HTTP_HOST="127.0.0.1",
-            COMPANION_HTTP_PORT=str(port),
-            **extra,
-        )
+        env = shard_env(fake, pg_url, schema, api, port, "token-big", **extra)
         proc = await start(env)
         try:
             body = await until_ready_state(

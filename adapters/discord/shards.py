@@ -20,7 +20,6 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -90,7 +89,8 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         """Asked until Discord answers: an outage of its API (5xx) or of the network is
         `retrying` with the reason, as a gateway connection that drops is; anything else
         (a refused token, say) is raised."""
-        for tries in itertools.count():
+        tries = 0
+        while True:
             try:
                 count, _, _ = await self.http.get_bot_gateway()
                 return count
@@ -102,8 +102,8 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
                 why = f"{type(cause).__name__}: {cause}".strip(": ")
                 detail = f"cannot ask Discord for the shard count ({why}); again in {delay} s"
                 self.on_status("retrying", detail)
+                tries += 1
                 await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)

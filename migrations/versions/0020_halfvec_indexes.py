@@ -38,11 +38,12 @@ def _dim() -> int:
 
 
 def upgrade() -> None:
+    dim = _dim()
     for table, index in INDEXES:
         op.execute(f"DROP INDEX IF EXISTS {index}")
         op.execute(
             f"CREATE INDEX {index} ON {table} "
-            f"USING hnsw ((embedding::halfvec({_dim()})) halfvec_cosine_ops)"
+            f"USING hnsw ((embedding::halfvec({dim})) halfvec_cosine_ops)"
         )
 
 
