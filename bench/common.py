@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bot.database import embedded_postgres, make_engine, migrate
+from bot.database import APP_ROLE, embedded_postgres, make_engine, migrate, serve_as_app_role
 from core.ports import Completion, ToolCall
 from tests.fake_openai import last_user_text
 
@@ -34,14 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass
 class Database:
-    engine: AsyncEngine  # SQLAlchemy engine on the migrated schema
-    url: str  # asyncpg-flavoured SQLAlchemy URL of the server
+    engine: AsyncEngine  # SQLAlchemy engine on the migrated schema, as Companion connects
+    url: str  # asyncpg-flavoured SQLAlchemy URL of the server, as Companion connects
     schema: str | None  # None: the embedded server's default schema
     where: str  # a human description, for the settings printout
+    admin_url: str  # the same server as its superuser (embedded) or as `url` (given)
 
     async def raw(self) -> asyncpg.Connection:
-        """A plain asyncpg connection on the same schema (for COPY and bulk SQL)."""
-        dsn = make_url(self.url).set(drivername="postgresql").render_as_string(False)
+        """A plain asyncpg connection on the same schema for COPY and bulk SQL, as the
+        superuser where there is one: COPY into a table with row-level security is refused
+        to the roles it binds."""
+        dsn = make_url(self.admin_url).set(drivername="postgresql").render_as_string(False)
         settings = {"search_path": f"{self.schema},public"} if self.schema else {}
         return await asyncpg.connect(dsn, server_settings=settings)
 
@@ -50,10 +53,12 @@ class Database:
 async def bench_database(
     database_url: str | None, embedding_dim: int = 16, pool_size: int = 10
 ) -> AsyncIterator[Database]:
-    """A migrated database that is thrown away afterwards.
+    """A migrated database that is thrown away afterwards, served as Companion serves it.
 
-    Without a URL: an embedded Postgres in a temporary directory. With one: a fresh schema
-    on that server, dropped at the end.
+    Without a URL: an embedded Postgres in a temporary directory, used as the ordinary role
+    `companion_app` (bot.database.serve_as_app_role), bound by the member wall as the
+    product is. With one: a fresh schema on that server, as that URL's user, dropped at the
+    end.
     """
     if database_url:
         schema = f"bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
@@ -65,7 +70,8 @@ async def bench_database(
             try:
                 await migrate(engine, embedding_dim)
                 host = make_url(database_url).host or "local socket"
-                yield Database(engine, database_url, schema, f"schema {schema} on {host}")
+                where = f"schema {schema} on {host}"
+                yield Database(engine, database_url, schema, where, database_url)
             finally:
                 await engine.dispose()
         finally:
@@ -78,11 +84,13 @@ async def bench_database(
         # cache, bot.database) take effect from the second.
         async with embedded_postgres(Path(data_dir)):
             pass
-        async with embedded_postgres(Path(data_dir)) as url:
+        async with embedded_postgres(Path(data_dir)) as admin_url:
+            url = await serve_as_app_role(admin_url)
             engine = make_engine(url, pool_size=pool_size)
             try:
                 await migrate(engine, embedding_dim)
-                yield Database(engine, url, None, "embedded Postgres in a temporary directory")
+                where = f"embedded Postgres in a temporary directory, as {APP_ROLE}"
+                yield Database(engine, url, None, where, admin_url)
             finally:
                 await engine.dispose()
 

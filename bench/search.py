@@ -14,16 +14,19 @@ the best hits ranked too), the same by key words only, `recall_by_date` over 1-7
 ms with the local model, see bench/README.md) is not included.
 
 Bulk load: the secondary indexes of messages, message_vectors and passages are dropped;
-messages go in with COPY (text), their words are counted into message_terms
-(core.memory.terms.RECOUNT_ALL), their vectors (into message_vectors) and the passages go
-in with one INSERT ... SELECT each (vectors made by the server); then the same indexes are
-rebuilt from their saved definitions and timed. The HNSW build takes minutes at 1536
-dimensions on 2 cores; --dim 384 is a quicker run. At the end, EXPLAIN ANALYZE of every
+messages go in with COPY (text), their words are listed and counted into message_words and
+message_terms (core.memory.terms.REBUILD_ALL), their vectors (into message_vectors) and the
+passages go in with one INSERT ... SELECT each (vectors made by the server); then the same
+indexes are rebuilt from their saved definitions and timed. The HNSW build takes minutes at
+1536 dimensions on 2 cores; --dim 384 is a quicker run. At the end, EXPLAIN ANALYZE of every
 statement one recall_search (words + embedding) sends: where its time goes. Needs
 PostgreSQL 16+ (random_normal) and pgvector 0.8+.
 
-Prints numbers only; no assertions. Starts an embedded Postgres in a temporary directory
-unless --database-url is given (then it works in a throwaway schema).
+Every search runs as a turn runs it: as the role Companion connects as (`companion_app` on
+the embedded server), inside the member's wall (`enter_scope`), where row-level security
+decides which indexes Postgres may use. Prints numbers only; no assertions. Starts an
+embedded Postgres in a temporary directory unless --database-url is given (then it works in
+a throwaway schema).
 """
 
 from __future__ import annotations
@@ -61,8 +64,8 @@ from bench.common import (
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
-from core.memory.terms import RECOUNT_ALL
-from core.scope import Scope
+from core.memory.terms import REBUILD_ALL
+from core.scope import Scope, enter_scope
 
 T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
 MESSAGE_COLUMNS = [
@@ -144,8 +147,8 @@ async def load(
             raw.copy_records_to_table("messages", records=records, columns=MESSAGE_COLUMNS),
         )
         await watch.time(
-            f"count the words of {len(records):,} messages (message_terms)",
-            raw.execute(RECOUNT_ALL.format(where="")),
+            f"list and count the words of {len(records):,} messages (message_words, _terms)",
+            raw.execute(";".join(statement.format(where="") for statement in REBUILD_ALL)),
         )
         rng = random.Random(args.seed)
         step = args.days * 86400 / args.rows
@@ -195,10 +198,8 @@ async def load(
         )
         for name, definition in saved:
             await watch.time(f"CREATE INDEX {name}", raw.execute(definition))
-        await watch.time(
-            "VACUUM ANALYZE messages, message_vectors, message_terms, passages",
-            raw.execute("VACUUM ANALYZE messages, message_vectors, message_terms, passages"),
-        )
+        vacuum = "VACUUM ANALYZE messages, message_vectors, message_terms, message_words, passages"
+        await watch.time(vacuum, raw.execute(vacuum))
     finally:
         await raw.close()
     return saved
@@ -210,13 +211,18 @@ Search = Callable[[AsyncSession, int], Awaitable[Page]]
 
 
 async def timed_queries(
-    sessions: async_sessionmaker[AsyncSession], searches: list[Search], warmup: int = 5
+    sessions: async_sessionmaker[AsyncSession],
+    scope: Scope,
+    searches: list[Search],
+    warmup: int = 5,
 ) -> dict[int, tuple[list[float], list[int]]]:
-    """Run every search at pages 1 and 3, each in its own transaction; seconds and totals."""
+    """Run every search at pages 1 and 3, each in its own transaction inside the member's
+    wall (as a turn runs them); seconds and totals."""
     results: dict[int, tuple[list[float], list[int]]] = {1: ([], []), 3: ([], [])}
     for i, search in enumerate(searches[:warmup] + searches):
         for page in (1, 3):
             async with sessions() as session, session.begin():
+                await enter_scope(session, scope)
                 start = time.perf_counter()
                 found = await search(session, page)
                 took = time.perf_counter() - start
@@ -239,7 +245,9 @@ class Capture:
         return self.statements[-1] if self.statements else None
 
     def _seen(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if self.marker in statement and not statement.lstrip().startswith(("EXPLAIN", "SET")):
+        skipped = statement.lstrip().startswith(("EXPLAIN", "SET"))
+        skipped = skipped or "companion_enter" in statement
+        if self.marker in statement and not skipped:
             self.statements.append((statement, parameters))
 
 
@@ -326,7 +334,7 @@ async def main() -> None:
         rows = []
         for label, searches in kinds:
             log(f"timing {label}")
-            results = await timed_queries(sessions, searches)
+            results = await timed_queries(sessions, target, searches)
             for page in (1, 3):
                 seconds, totals = results[page]
                 s = stats_ms(seconds)
@@ -344,11 +352,13 @@ async def main() -> None:
 
         vector_sql = Capture(db, "<=>")
         async with sessions() as session, session.begin():
+            await enter_scope(session, target)
             await archival_search(session, target, "", vectors[0], 1, size)
             assert vector_sql.statement is not None
             vector_plan = await explain(session, vector_sql.statement)
         hybrid_sql = Capture(db)
         async with sessions() as session, session.begin():
+            await enter_scope(session, target)
             await recall_search(session, target, questions[1], 1, size, None, vectors[1])
             hybrid_plans = [await explain(session, sql) for sql in hybrid_sql.statements]
             buffers = await session.scalar(text("SHOW shared_buffers"))
@@ -366,7 +376,7 @@ async def main() -> None:
                     "messages": f"1-3 generated English sentences, over {args.days} days",
                     "passages": f"2-6 sentences; random unit vectors, {args.dim} dimensions",
                     "queries": f"{args.queries} per kind (after 5 untimed), pages 1 and 3, "
-                    f"page_size {size}, one transaction each",
+                    f"page_size {size}, one transaction each, inside the member's wall",
                     "index builds": f"maintenance_work_mem {args.maintenance_work_mem}",
                     "buffer cache": f"shared_buffers {buffers}",
                     "timer": "time.perf_counter around the core.memory.search call",
@@ -396,7 +406,7 @@ async def main() -> None:
                     w.strip(",")
                     for line in plan
                     for w in line.replace("(", " ").split()
-                    if w.startswith(("messages_", "message_vectors_", "message_terms_"))
+                    if w.startswith(("messages_", "message_"))
                 }
             )
             print(f"    {plan[-1].strip():26} {top}; indexes: {', '.join(indexes) or 'none'}")

@@ -191,6 +191,21 @@ class MessageTerm(Base):
     messages: Mapped[int] = mapped_column(Integer)
 
 
+class MessageWord(Base):
+    """One word (`lexeme`) of one searchable message, with the message's number of distinct
+    words (core.memory.terms): what ranking by key words reads, by index, inside the member's
+    wall. Kept as messages are stored and deleted."""
+
+    __tablename__ = "message_words"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    words: Mapped[int] = mapped_column(Integer)
+
+
 class Summary(Base):
     __tablename__ = "summaries"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)

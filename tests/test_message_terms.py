@@ -1,10 +1,12 @@
-"""Key-word ranking weighs words by each agent's term statistics (`message_terms`), kept as
-messages come and go instead of counted on every search: through turns, imports, resets,
-eval's return to an imported past and a community's erasure they stay what counting the
-agent's messages gives, and the ranking follows what the member said last."""
+"""Key-word ranking reads each agent's word index (`message_terms`: how many messages hold
+each word; `message_words`: which ones), kept as messages come and go instead of counted on
+every search: through turns, imports, resets, eval's return to an imported past and a
+community's erasure both stay what the agent's messages give, the ranking is exactly the
+one computed from the messages themselves, and it follows what the member said last."""
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -16,7 +18,6 @@ from core.events import EventKind, InboundEvent
 from core.members.portability import parse_export
 from core.members.tenancy import Tenancy
 from core.memory import keywords
-from core.memory.ranking import shortlist
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
 
@@ -26,6 +27,13 @@ COUNTED = """
 SELECT tenant_id, agent_id, lexeme, count(*) FROM messages,
        unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
 WHERE search_text IS NOT NULL GROUP BY 1, 2, 3
+"""
+
+
+LISTED = """
+SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM messages,
+       unnest(tsvector_to_array(tsv)) AS lexeme
+WHERE search_text IS NOT NULL
 """
 
 
@@ -43,6 +51,13 @@ async def kept_and_counted(sessions) -> tuple[set, set]:
 async def assert_counts_true(sessions) -> None:
     kept, counted = await kept_and_counted(sessions)
     assert kept == counted
+    async with sessions() as session:
+        words = await session.execute(
+            text("SELECT tenant_id, agent_id, lexeme, message_id, words FROM message_words")
+        )
+        listed = await session.execute(text(LISTED))
+        kept_words, listed_words = [tuple(r) for r in words], [tuple(r) for r in listed]
+    assert sorted(kept_words) == sorted(listed_words)  # each once, none left behind
 
 
 async def said(sessions, tenant: str, user: str, lines: list[str]):
@@ -114,13 +129,14 @@ async def test_the_ranking_follows_what_the_member_says_now(members, sessions):
     assert after.total == 9
 
 
-async def test_scoring_a_shortlist_first_gives_exactly_the_full_ranking(sessions):
-    """The fused search takes its best messages by key words from the messages holding the
-    likeliest word combinations when that settles it; the list is the full ranking's."""
+async def test_the_ranking_is_the_one_computed_from_the_messages_themselves(sessions):
+    """Over a random corpus: the order, the scores and the total are those of summing the
+    weights of the query's words each message holds (weights from counting the messages),
+    over 1 + 0.1 ln(1 + its distinct words), best first and newest first on a tie."""
     rng = random.Random(5)
     filler = ["river", "stone", "cloud", "lamp", "chair", "paper", "green", "window"]
     lines = []
-    for _ in range(600):
+    for _ in range(400):
         words = [
             w
             for w, share in (("alpha", 0.3), ("beta", 0.3), ("gamma", 0.05))
@@ -129,10 +145,30 @@ async def test_scoring_a_shortlist_first_gives_exactly_the_full_ranking(sessions
         lines.append(" ".join(words + rng.sample(filler, rng.randint(0, 6))) or "lamp")
     scope = await said(sessions, "g", "ann", lines)
     async with sessions() as session:
-        for query, wanted in (("alpha beta", 25), ("alpha beta gamma", 25), ("alpha beta", 100)):
+        held = (
+            await session.execute(
+                text(
+                    "SELECT id, tsvector_to_array(tsv) AS lexemes FROM messages "
+                    "WHERE agent_id = :agent AND search_text IS NOT NULL"
+                ),
+                {"agent": scope.agent_id},
+            )
+        ).all()
+        corpus = len(held)
+        for query in ("alpha beta", "alpha beta gamma", "gamma lamp", "window"):
             words = await keywords.weights(session, scope, query)
-            plan = shortlist([(float(w.idf), w.held) for w in words], words[0].corpus, wanted)
-            full = await keywords.ranked(session, scope, words, wanted)
-            assert await keywords.best(session, scope, words, wanted) == [r.id for r in full]
-            if wanted == 25:
-                assert plan is not None  # the shortlist was tried (and, here, settled it)
+            df = {w: sum(w in row.lexemes for row in held) for w in query.split()}
+            idf = {w: math.log(1 + (corpus - n + 0.5) / (n + 0.5)) for w, n in df.items()}
+            expected = sorted(
+                (
+                    (sum(idf[w] for w in df if w in row.lexemes), row.id, len(row.lexemes))
+                    for row in held
+                    if any(w in row.lexemes for w in df)
+                ),
+                key=lambda s: (-s[0] / (1 + 0.1 * math.log(1 + s[2])), -s[1]),
+            )
+            got = await keywords.best(session, scope, words, 25)
+            assert got == [row_id for _, row_id, _ in expected[:25]]
+            page = await keywords.ranked(session, scope, words, 10, 20)
+            assert [r.id for r in page] == [row_id for _, row_id, _ in expected[20:30]]
+            assert {r.total for r in page} == {len(expected)}

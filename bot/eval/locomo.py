@@ -154,5 +154,5 @@ async def import_conversation(
         MessageVector(message_id=m.id, tenant_id=m.tenant_id, agent_id=m.agent_id) for m in messages
     )
     await session.flush()
-    await terms.recount(session, scope)
+    await terms.rebuild(session, scope)
     return scope, {m.id: t["dia_id"] for m, (t, _) in zip(messages, turns, strict=True)}

@@ -1,38 +1,35 @@
-"""Messages ranked by key words, weighed by the agent's term statistics (core.memory.terms).
+"""Messages ranked by key words, from each agent's word index (core.memory.terms).
 
     weights(session, scope, query)     the query's words the agent's messages hold: each
-                                       word's tsquery, its inverse document frequency and counts
+                                       word, its inverse document frequency and counts
     ranked(session, scope, weights, limit, offset, skip, total)
                                        the best messages holding any of them, best first
     best(session, scope, weights, limit, skip)
-                                       the ids of the best `limit`, scoring a shortlist first
+                                       the ids of the best `limit`
 
 A message's score is the sum of the weights of the query's words it holds, over
 1 + 0.1 ln(1 + its number of distinct words): BM25 without term-frequency saturation, which
 suits short chat turns. A word's weight is ln(1 + (N - df + 0.5) / (df + 0.5)), N the
-agent's searchable messages, df those holding the word, both read from `message_terms`
-(kept as messages come and go) instead of counted on every search. The scoring reads each
-matching message once (one bitmap scan of the GIN index on `tsv`) and sums its words'
-weights in one expression, with the weights as parameters: no per-row subquery, grouping or
-second pass. Weights stay Postgres numerics all the way, so the order is the one that
-counting per query gave, to the last digit.
+agent's searchable messages, df those holding the word, both read from `message_terms`.
+The messages holding the words are read from `message_words` by its primary key (an
+index-only scan of (tenant, agent, word), the word count beside each message id) and
+scored in one aggregate. Not from the GIN index of `messages.tsv`: inside the member's
+wall Postgres may not use it (migration 0021), and reads every message of the agent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.memory.ranking import shortlist
 from core.scope import Scope
 
 _WEIGHTS_SQL = """
-SELECT CAST(to_tsquery('simple', quote_literal(t.lexeme)) AS text) AS tq,
-       ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS idf,
+SELECT t.lexeme,
+       CAST(ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS float8) AS idf,
        s.messages AS held, n.messages AS corpus
 FROM (
     SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
@@ -43,23 +40,42 @@ WHERE s.messages > 0
 ORDER BY t.lexeme
 """
 
-# {score}: the weights of the words a message holds, summed; {any}: it holds one of them.
-_RANKED_SQL = """
-SELECT r.id, r.search_text AS text, r.role AS kind, r.created_at{total},
-       ({score}) / (1 + 0.1 * ln(1 + length(r.tsv))) AS score
-FROM messages r
-WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.search_text IS NOT NULL
-  AND coalesce(r.event_id, 0) <> :skip AND r.tsv @@ ({any})
-ORDER BY score DESC, r.id DESC
-LIMIT :limit OFFSET :offset
+# Each message holding one of the words, scored; {skip}: the messages of the event being
+# handled left out (found by `messages_event`, once).
+_SCORED_SQL = """
+SELECT w.message_id AS id, sum(t.idf) / (1 + 0.1 * ln(1 + w.words)) AS score
+FROM unnest(CAST(:lexemes AS text[]), CAST(:idfs AS float8[])) AS t(lexeme, idf)
+JOIN message_words w
+  ON w.tenant_id = :tenant AND w.agent_id = :agent AND w.lexeme = t.lexeme
+{skip}
+GROUP BY w.message_id, w.words
 """
-MARGIN = 1e-9  # relative: rounding in Postgres' and Python's arithmetic never reaches it
+_SKIP = """
+WHERE w.message_id <> ALL (ARRAY(
+    SELECT m.id FROM messages m
+    WHERE m.tenant_id = :tenant AND m.event_id = :skip AND m.agent_id = :agent
+))
+"""
+
+_BEST_SQL = """
+SELECT id FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
+"""
+
+_PAGE_SQL = """
+SELECT r.id, r.search_text AS text, r.role AS kind, r.created_at, s.total, s.score
+FROM (
+    SELECT id, score, count(*) OVER () AS total FROM ({scored}) s
+    ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
+) s
+JOIN messages r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = s.id
+ORDER BY s.score DESC, s.id DESC
+"""
 
 
 @dataclass(frozen=True)
 class Weight:
-    tq: str  # the word as a tsquery ('simple' configuration), in its text form
-    idf: Decimal
+    lexeme: str  # the word as Postgres' `english` configuration stems it
+    idf: float
     held: int  # the agent's messages holding it
     corpus: int  # the agent's searchable messages
 
@@ -70,7 +86,21 @@ async def weights(session: AsyncSession, scope: Scope, query: str) -> list[Weigh
         text(_WEIGHTS_SQL),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},
     )
-    return [Weight(row.tq, row.idf, row.held, row.corpus) for row in rows]
+    return [Weight(row.lexeme, row.idf, row.held, row.corpus) for row in rows]
+
+
+def _params(scope: Scope, words: list[Weight], skip_event: int | None) -> dict[str, Any]:
+    return {
+        "tenant": scope.tenant_id,
+        "agent": scope.agent_id,
+        "lexemes": [w.lexeme for w in words],
+        "idfs": [w.idf for w in words],
+        "skip": skip_event,
+    }
+
+
+def _scored(skip_event: int | None) -> str:
+    return _SCORED_SQL.format(skip=_SKIP if skip_event is not None else "")
 
 
 async def ranked(
@@ -80,35 +110,13 @@ async def ranked(
     limit: int,
     offset: int = 0,
     skip_event: int | None = None,
-    total: bool = False,
-    among: str | None = None,
 ) -> list[Any]:
-    """Rows (id, text, kind, created_at, `total` matches when asked, score) of the messages
-    holding any of `words` (those matching the tsquery `among` when given), best first; the
-    messages of `skip_event` left out."""
+    """Rows (id, text, kind, created_at, total matches, score) of the messages holding any
+    of `words`, best first, from `offset`; the messages of `skip_event` left out."""
     if not words:
         return []
-    params: dict[str, Any] = {
-        "tenant": scope.tenant_id,
-        "agent": scope.agent_id,
-        "skip": skip_event or -1,  # event ids are positive
-        "limit": limit,
-        "offset": offset,
-    }
-    held, any_of = [], []
-    for i, word in enumerate(words):
-        params[f"w{i}"], params[f"idf{i}"] = word.tq, word.idf
-        held.append(
-            f"CASE WHEN r.tsv @@ CAST(:w{i} AS tsquery) THEN CAST(:idf{i} AS numeric) ELSE 0 END"
-        )
-        any_of.append(f"CAST(:w{i} AS tsquery)")
-    if among is not None:
-        params["among"] = among
-    sql = _RANKED_SQL.format(
-        total=", count(*) OVER () AS total" if total else "",
-        any="CAST(:among AS tsquery)" if among is not None else " || ".join(any_of),
-        score=" + ".join(held),
-    )
+    sql = _PAGE_SQL.format(scored=_scored(skip_event))
+    params = {**_params(scope, words, skip_event), "limit": limit, "offset": offset}
     return list(await session.execute(text(sql), params))
 
 
@@ -119,16 +127,9 @@ async def best(
     limit: int,
     skip_event: int | None = None,
 ) -> list[int]:
-    """The ids of the `limit` best messages holding any of `words`, best first (exactly
-    `ranked`'s), reading the shortlist's messages alone when that settles it."""
+    """The ids of the `limit` best messages holding any of `words` (`ranked`'s order)."""
     if not words:
         return []
-    plan = shortlist([(float(w.idf), w.held) for w in words], words[0].corpus, limit)
-    if plan is not None:
-        among = " | ".join(
-            "(" + " & ".join(f"({words[i].tq})" for i in group) + ")" for group in plan.groups
-        )
-        rows = await ranked(session, scope, words, limit, 0, skip_event, among=among)
-        if len(rows) == limit and rows[-1].score > plan.bound * (1 + MARGIN):
-            return [row.id for row in rows]
-    return [row.id for row in await ranked(session, scope, words, limit, 0, skip_event)]
+    sql = _BEST_SQL.format(scored=_scored(skip_event))
+    params = {**_params(scope, words, skip_event), "limit": limit}
+    return [row.id for row in await session.execute(text(sql), params)]

@@ -4,9 +4,6 @@
     clean_query(query, names)   the query without the member's and the agent's names
     named_speaker(query, member, agent)  whose words the query asks for, by the name it uses
     agent_name(persona)         the name a persona gives the agent
-    shortlist(words, corpus, wanted)
-                                which messages to score first for the best `wanted` by key
-                                words, and the score no other message can pass
 
 The constants were chosen on LoCoMo (bench/locomo_recall.py; bench/README.md has the
 measurements): fusion with a small constant (k=10) beats the usual 60 there, ranking the
@@ -17,11 +14,8 @@ nearly always answered by what that person said).
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from itertools import combinations
 
 DEPTH = 100  # ids taken from each ranking (full text, nearest vectors) before fusion
 RRF_K = 10  # 1 / (k + rank): a small k trusts the top of each list more
@@ -82,58 +76,3 @@ def agent_name(persona: str) -> str | None:
     """The name the persona gives the agent ("I am Companion, ..." or "My name is Sam")."""
     found = re.search(r"\b(?:I am|I'm|[Mm]y name is|[Cc]all me)\s+([A-Z][\w'-]+)", persona)
     return found.group(1) if found else None
-
-
-# ---------------------------------------------------------------- key-word shortlists
-
-SHORTLIST_WORDS = 8  # more distinct words than this: every match is scored (2^n word sets)
-LONG_MESSAGE = 30  # distinct words of a long chat turn, for judging a shortlist's promise
-
-
-def length_norm(words: int) -> float:
-    """What a message's summed word weights are divided by (core.memory.keywords)."""
-    return 1 + 0.1 * math.log(1 + words)
-
-
-@dataclass(frozen=True)
-class Shortlist:
-    """Messages holding every word of one of `groups` (indexes into the query's words) are
-    scored; a message outside them scores at most `bound`, so when the `wanted`-th best of
-    the shortlist scores more, the shortlist's best are the best of all."""
-
-    groups: tuple[tuple[int, ...], ...]
-    bound: float
-
-
-def shortlist(words: Sequence[tuple[float, int]], corpus: int, wanted: int) -> Shortlist | None:
-    """For `words` (weight, messages holding it) among `corpus` messages: the smallest set of
-    word combinations likely to hold the best `wanted` messages, or None to score every match.
-
-    A message's score is the sum of the weights of the words it holds over
-    `length_norm(its distinct words)`, and it holds at least those words, so a message whose
-    words sum to s scores at most s / length_norm(number of them). The shortlist takes the
-    messages whose words sum to at least a threshold: the highest at which `wanted` messages
-    are expected (words taken as independent) and a long shortlisted message would still
-    outscore the others' bound, if that shortlist is well under all the matches.
-    """
-    n = len(words)
-    if not 2 <= n <= SHORTLIST_WORDS or corpus <= 0:
-        return None
-    weight = [w for w, _ in words]
-    share = [min(1.0, held / corpus) for _, held in words]
-    sets = [s for size in range(1, n + 1) for s in combinations(range(n), size)]
-    total = {s: sum(weight[i] for i in s) for s in sets}
-    chance = {s: math.prod(share[i] if i in s else 1 - share[i] for i in range(n)) for s in sets}
-    anywhere = corpus * (1 - math.prod(1 - p for p in share))  # messages holding any word
-    for threshold in sorted(set(total.values()), reverse=True)[:-1]:  # the last: every match
-        inside = [s for s in sets if total[s] >= threshold]
-        expected = corpus * sum(chance[s] for s in inside)
-        if expected < wanted:
-            continue
-        if expected > anywhere / 2:
-            return None  # hardly fewer than all the matches: not worth a second scan
-        bound = max(total[s] / length_norm(len(s)) for s in sets if total[s] < threshold)
-        if threshold / length_norm(LONG_MESSAGE) > bound:
-            minimal = tuple(s for s in inside if all(total[s] - weight[i] < threshold for i in s))
-            return Shortlist(minimal, bound)
-    return None

@@ -162,9 +162,9 @@ async def _recall_by_words(
 ) -> Page:
     words = await keywords.weights(session, scope, query)
     offset = (page - 1) * page_size
-    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event, total=True)
+    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event)
     if not rows and page > 1:  # past the end: report the real number of pages
-        first = await keywords.ranked(session, scope, words, 1, 0, skip_event, total=True)
+        first = await keywords.ranked(session, scope, words, 1, 0, skip_event)
         return _page_of([], page, page_size, int(first[0].total) if first else 0)
     return _page_of(rows, page, page_size)
 

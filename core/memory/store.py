@@ -34,6 +34,7 @@ from core.models import (
     Event,
     Message,
     MessageTerm,
+    MessageWord,
     Passage,
     Reply,
     Summary,
@@ -205,7 +206,7 @@ class AgentStore:
         answered afterwards, with the new memory, and a file not yet answered keeps its
         passages for that answer; replies not yet delivered still find their way back; a
         platform's redelivery of an answered message is still recognised."""
-        for model in (Message, MessageTerm, Summary, Block):
+        for model in (Message, MessageTerm, MessageWord, Summary, Block):
             await self.session.execute(delete(model).where(self._mine(model)))
         unanswered = select(Event.id).where(
             self._mine(Event), Event.status.in_([EventStatus.PENDING, EventStatus.WAITING])
@@ -224,7 +225,7 @@ class AgentStore:
         await self.session.execute(
             delete(Message).where(self._mine(Message), Message.event_id.is_not(None))
         )
-        await terms.recount(self.session, self.scope)
+        await terms.rebuild(self.session, self.scope)
         await self.session.execute(delete(Summary).where(self._mine(Summary)))
         await self._changed()
 

@@ -1,20 +1,25 @@
-"""Each agent's term statistics for ranking its messages by key words (migration 0019).
+"""Each agent's word index for ranking its messages by key words (migrations 0019, 0021).
 
     message_terms (tenant_id, agent_id, lexeme, messages)
         how many of the agent's searchable messages hold each lexeme of their `tsv`;
         the row with the lexeme CORPUS ('') counts the searchable messages themselves
+    message_words (tenant_id, agent_id, lexeme, message_id, words)
+        which of them hold it, each with its number of distinct lexemes
 
     counted_insert(message_insert)   the statement storing a searchable message: the message,
-                                     its waiting vector row and its terms counted, one round trip
-    recount(session, scope)          count one agent's messages again (after a bulk change)
-    RECOUNT_ALL                      the same for every agent (bulk loads, the migration)
+                                     its waiting vector row, its words listed and counted, one
+                                     round trip
+    rebuild(session, scope)          list and count one agent's words again (after a bulk change)
+    REBUILD_ALL                      the same for every agent (bulk loads)
 
 Full text ranking weighs a word by how rare it is among the agent's messages (inverse
-document frequency). Counting that per query meant reading every message holding the words
-and the agent's whole corpus on every search; these counts are kept as messages come and go.
-`AgentStore` counts each message it stores, and an agent's counts go with the agent (a
-foreign key, ON DELETE CASCADE) or are cleared with its messages; paths that change many
-messages at once (eval's reset to an imported past, bulk loaders) call `recount`.
+document frequency), and finds the messages holding the query's words by index
+(core.memory.keywords). Counting per query meant reading every message holding the words
+and the agent's whole corpus on every search, and inside the member's wall the GIN index of
+`tsv` cannot be used (migration 0021 says why); so both are kept as messages come and go.
+`AgentStore` lists and counts each message it stores, and an agent's rows go with the agent
+(a foreign key, ON DELETE CASCADE) or are cleared with its messages; paths that change many
+messages at once (eval's reset to an imported past, bulk loaders) call `rebuild`.
 """
 
 from __future__ import annotations
@@ -23,28 +28,38 @@ from sqlalchemy import Insert, Select, Table, func, insert, literal, select, tex
 from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.models import Message, MessageTerm, MessageVector
+from core.models import Message, MessageTerm, MessageVector, MessageWord
 from core.scope import Scope
 
 CORPUS = ""  # no lexeme is empty: this row counts the searchable messages
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
 TERMS: Table = MessageTerm.__table__  # type: ignore[assignment]
+WORDS: Table = MessageWord.__table__  # type: ignore[assignment]
 
-# Every agent's counts, from its messages (the table empty, or the agents' rows deleted).
-RECOUNT_ALL = """
-INSERT INTO message_terms (tenant_id, agent_id, lexeme, messages)
-SELECT tenant_id, agent_id, lexeme, count(*) FROM messages,
-       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
-WHERE search_text IS NOT NULL {where}
-GROUP BY tenant_id, agent_id, lexeme
-"""
+# Every agent's counts and words, from its messages (the tables empty, or the agent's rows
+# deleted); `{where}` narrows the messages.
+REBUILD_ALL = (
+    """
+    INSERT INTO message_terms (tenant_id, agent_id, lexeme, messages)
+    SELECT tenant_id, agent_id, lexeme, count(*) FROM messages,
+           unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
+    WHERE search_text IS NOT NULL {where}
+    GROUP BY tenant_id, agent_id, lexeme
+    """,
+    """
+    INSERT INTO message_words (tenant_id, agent_id, lexeme, message_id, words)
+    SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM messages,
+           unnest(tsvector_to_array(tsv)) AS lexeme
+    WHERE search_text IS NOT NULL {where}
+    """,
+)
 
 
 def counted_insert(message: Insert) -> Select[tuple[int]]:
     """`message` (an INSERT of one searchable message) with what comes with it: the empty
-    `message_vectors` row the embedding worker fills, and its lexemes counted for its agent.
-    Selects the new message's id."""
+    `message_vectors` row the embedding worker fills, and its lexemes listed and counted for
+    its agent. Selects the new message's id."""
     new = message.returning(
         MESSAGES.c.id, MESSAGES.c.tenant_id, MESSAGES.c.agent_id, MESSAGES.c.tsv
     ).cte("new_message")
@@ -67,16 +82,32 @@ def counted_insert(message: Insert) -> Select[tuple[int]]:
         index_elements=[TERMS.c.tenant_id, TERMS.c.agent_id, TERMS.c.lexeme],
         set_={"messages": TERMS.c.messages + counted.excluded.messages},
     )
-    return select(new.c.id).add_cte(vector).add_cte(counted.cte("new_terms"))
+    listed = insert(WORDS).from_select(
+        ["tenant_id", "agent_id", "lexeme", "message_id", "words"],
+        select(
+            new.c.tenant_id,
+            new.c.agent_id,
+            func.unnest(func.tsvector_to_array(new.c.tsv)),
+            new.c.id,
+            func.length(new.c.tsv),
+        ),
+    )
+    return (
+        select(new.c.id)
+        .add_cte(vector)
+        .add_cte(counted.cte("new_terms"))
+        .add_cte(listed.cte("new_words"))
+    )
 
 
-async def recount(session: AsyncSession, scope: Scope) -> None:
-    """Count the agent's searchable messages and their lexemes again, from the messages."""
+async def rebuild(session: AsyncSession, scope: Scope) -> None:
+    """List and count the agent's searchable messages' lexemes again, from the messages."""
     params = {"tenant": scope.tenant_id, "agent": scope.agent_id}
-    await session.execute(
-        text("DELETE FROM message_terms WHERE tenant_id = :tenant AND agent_id = :agent"),
-        params,
-    )
-    await session.execute(
-        text(RECOUNT_ALL.format(where="AND tenant_id = :tenant AND agent_id = :agent")), params
-    )
+    for table in ("message_terms", "message_words"):
+        await session.execute(
+            text(f"DELETE FROM {table} WHERE tenant_id = :tenant AND agent_id = :agent"), params
+        )
+    for statement in REBUILD_ALL:
+        await session.execute(
+            text(statement.format(where="AND tenant_id = :tenant AND agent_id = :agent")), params
+        )

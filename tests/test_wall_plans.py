@@ -1,0 +1,72 @@
+"""Inside the member's wall, every search statement is served by an index.
+
+A turn searches inside `enter_scope`, as the ordinary role Companion connects as, where
+row-level security evaluates its policy before any condition that is not leakproof: a full
+text match (`tsv @@ query`) there is never an index condition, only a filter applied to every
+message of the agent (86 ms instead of 6 at 100,000 messages; bench/README.md). Nothing
+fails when that happens, search just slows with every message, so the plans of the
+statements the product sends are read here, inside the wall, with sequential and bitmap
+scans discouraged as a large table would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+
+from core.events import EventKind, InboundEvent
+from core.memory.search import recall_search
+from core.scope import enter_scope
+
+
+class Statements:
+    """The SQL statements sent, but for EXPLAIN, SET and entering the wall."""
+
+    def __init__(self, sessions) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        event.listen(sessions.kw["bind"].sync_engine, "before_cursor_execute", self._keep)
+
+    def _keep(self, _conn, _cursor, statement, parameters, *_: Any) -> None:
+        if not statement.lstrip().startswith(("EXPLAIN", "SET")) and (
+            "companion_enter" not in statement
+        ):
+            self.seen.append((statement, parameters))
+
+
+async def plans_inside_the_wall(sessions, scope, search) -> list[str]:
+    statements = Statements(sessions)
+    async with sessions() as session, session.begin():
+        await enter_scope(session, scope)
+        await search(session)
+        conn = await session.connection()
+        assert await conn.exec_driver_sql("SELECT current_setting('companion.agent_id')")
+        for scan in ("seqscan", "bitmapscan"):
+            await conn.exec_driver_sql(f"SET LOCAL enable_{scan} = off")
+        plans = []
+        for statement, parameters in statements.seen:
+            rows = await conn.exec_driver_sql("EXPLAIN " + statement, parameters)
+            plans.append("\n".join(row[0] for row in rows))
+    return plans
+
+
+def filters(plan: str) -> list[str]:
+    return [line.strip() for line in plan.splitlines() if line.strip().startswith("Filter:")]
+
+
+async def test_recall_by_key_words_reads_the_word_index_inside_the_wall(engine, sessions):
+    ann = await engine.agent("discord:1", "ann")
+    for said in ("I baked a lemon cake", "the cake had too much lemon", "tea, no sugar"):
+        await engine.converse(ann, InboundEvent(EventKind.USER_MESSAGE, said))
+    vector = [1.0] + [0.0] * 15  # the test schema's 16 dimensions
+    searches = {
+        "words and meaning": lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7, vector, "user"),
+        "words only": lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7),
+    }
+    for label, search in searches.items():
+        plans = await plans_inside_the_wall(sessions, ann, search)
+        assert plans, label
+        for plan in plans:
+            for line in filters(plan):
+                assert "@@" not in line, f"{label}: a text match applied row by row\n{plan}"
+        assert any("message_words_pkey" in plan for plan in plans), (label, plans)
