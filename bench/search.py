@@ -16,7 +16,8 @@ ms with the local model, see bench/README.md) is not included.
 Bulk load: the secondary indexes of messages, message_vectors and passages are dropped;
 messages go in with COPY (text), their words are listed and counted into message_words and
 message_terms (core.memory.terms.REBUILD_ALL), their vectors (into message_vectors) and the
-passages go in with one INSERT ... SELECT each (vectors made by the server); then the same
+passages go in with one INSERT ... SELECT each (vectors made by the server), the passages'
+words into passage_words (core.memory.terms.LIST_PASSAGES); then the same
 indexes are rebuilt from their saved definitions and timed. The HNSW build takes minutes at
 1536 dimensions on 2 cores; --dim 384 is a quicker run. At the end, EXPLAIN ANALYZE of every
 statement one recall_search (words + embedding) sends: where its time goes. Needs
@@ -64,7 +65,7 @@ from bench.common import (
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
-from core.memory.terms import REBUILD_ALL
+from core.memory.terms import LIST_PASSAGES, REBUILD_ALL
 from core.scope import Scope, enter_scope
 
 T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
@@ -196,9 +197,14 @@ async def load(
                 args.dim,
             ),
         )
+        await watch.time(
+            f"list the words of {len(staging):,} passages (passage_words)",
+            raw.execute(LIST_PASSAGES.format(where="")),
+        )
         for name, definition in saved:
             await watch.time(f"CREATE INDEX {name}", raw.execute(definition))
-        vacuum = "VACUUM ANALYZE messages, message_vectors, message_terms, message_words, passages"
+        tables = "messages, message_vectors, message_terms, message_words, passages, passage_words"
+        vacuum = f"VACUUM ANALYZE {tables}"
         await watch.time(vacuum, raw.execute(vacuum))
     finally:
         await raw.close()

@@ -233,6 +233,20 @@ class Passage(Base):
     event_id: Mapped[int | None] = mapped_column(BigInteger)  # a shared file's event
 
 
+class PassageWord(Base):
+    """One word of one archival passage (migration 0022), as `MessageWord` for messages;
+    goes with the passage."""
+
+    __tablename__ = "passage_words"
+    passage_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("passages.id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    words: Mapped[int] = mapped_column(Integer)
+
+
 class Event(Base):
     __tablename__ = "events"
     # A redelivery is stored once per member (migration 0008): platform ids are not a member's.

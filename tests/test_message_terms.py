@@ -15,10 +15,11 @@ from sqlalchemy import text
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent
 from core.events import EventKind, InboundEvent
+from core.members.browse import remove_passage
 from core.members.portability import parse_export
 from core.members.tenancy import Tenancy
 from core.memory import keywords
-from core.memory.search import recall_search
+from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -172,3 +173,44 @@ async def test_the_ranking_is_the_one_computed_from_the_messages_themselves(sess
             page = await keywords.ranked(session, scope, words, 10, 20)
             assert [r.id for r in page] == [row_id for _, row_id, _ in expected[20:30]]
             assert {r.total for r in page} == {len(expected)}
+
+
+PASSAGE_WORDS = """
+SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM passages,
+       unnest(tsvector_to_array(tsv)) AS lexeme
+"""
+
+
+async def assert_passage_words_true(sessions) -> None:
+    async with sessions() as session:
+        kept = await session.execute(
+            text("SELECT tenant_id, agent_id, lexeme, passage_id, words FROM passage_words")
+        )
+        listed = await session.execute(text(PASSAGE_WORDS))
+        kept_rows, listed_rows = sorted(tuple(r) for r in kept), sorted(tuple(r) for r in listed)
+    assert kept_rows == listed_rows
+
+
+async def test_passage_words_stay_those_of_the_passages(members, sessions):
+    """Archival search finds passages by their listed words: each stored passage's are
+    listed, and they go with it however it goes (removed, reset, replaced, erased)."""
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "g", "ann", EngineConfig())
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        kept = [await store.add_passage(t, T0) for t in ("lemon cake recipe", "tea at five")]
+    await assert_passage_words_true(sessions)
+    async with sessions() as session:
+        found = await archival_search(session, scope, "lemon recipes", None)
+    assert [h.text for h in found.hits] == ["lemon cake recipe"]
+    async with sessions() as session, session.begin():
+        assert await remove_passage(session, scope, kept[0].id)
+    await assert_passage_words_true(sessions)
+    async with sessions() as session:
+        assert (await archival_search(session, scope, "lemon", None)).total == 0
+    saved = parse_export(await members.export("g", "ann"))
+    await members.admin_import("g", "admin", "ann", saved, replace=True)
+    await assert_passage_words_true(sessions)
+    async with sessions() as session:
+        assert (await archival_search(session, scope, "tea", None)).total == 1
+    assert await members.admin_reset("g", "admin", "ann")
+    await assert_passage_words_true(sessions)

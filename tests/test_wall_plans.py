@@ -11,13 +11,18 @@ scans discouraged as a large table would.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import event
 
+from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
-from core.memory.search import recall_search
+from core.memory.search import archival_search, recall_search
+from core.memory.store import AgentStore
 from core.scope import enter_scope
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
 
 class Statements:
@@ -54,19 +59,37 @@ def filters(plan: str) -> list[str]:
     return [line.strip() for line in plan.splitlines() if line.strip().startswith("Filter:")]
 
 
-async def test_recall_by_key_words_reads_the_word_index_inside_the_wall(engine, sessions):
+async def test_searches_by_key_words_read_the_word_indexes_inside_the_wall(engine, sessions):
     ann = await engine.agent("discord:1", "ann")
     for said in ("I baked a lemon cake", "the cake had too much lemon", "tea, no sugar"):
         await engine.converse(ann, InboundEvent(EventKind.USER_MESSAGE, said))
+    async with sessions() as session, session.begin():
+        await enter_scope(session, ann)
+        store = AgentStore(session, ann, EngineConfig().max_message_tokens)
+        await store.add_passage("lemon cake: flour, sugar, two lemons", T0)
     vector = [1.0] + [0.0] * 15  # the test schema's 16 dimensions
     searches = {
-        "words and meaning": lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7, vector, "user"),
-        "words only": lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7),
+        "recall, words and meaning": (
+            lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7, vector, "user"),
+            "message_words_pkey",
+        ),
+        "recall, words only": (
+            lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7),
+            "message_words_pkey",
+        ),
+        "archival, words and meaning": (
+            lambda s: archival_search(s, ann, "lemon cake", vector, 1, 5),
+            "passage_words_lookup",
+        ),
+        "archival, words only": (
+            lambda s: archival_search(s, ann, "lemon cake", None, 1, 5),
+            "passage_words_lookup",
+        ),
     }
-    for label, search in searches.items():
+    for label, (search, index) in searches.items():
         plans = await plans_inside_the_wall(sessions, ann, search)
         assert plans, label
         for plan in plans:
             for line in filters(plan):
                 assert "@@" not in line, f"{label}: a text match applied row by row\n{plan}"
-        assert any("message_words_pkey" in plan for plan in plans), (label, plans)
+        assert any(index in plan for plan in plans), (label, plans)

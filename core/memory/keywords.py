@@ -1,20 +1,22 @@
-"""Messages ranked by key words, from each agent's word index (core.memory.terms).
+"""Messages and passages ranked by key words, from each agent's word index (core.memory.terms).
 
-    weights(session, scope, query)     the query's words the agent's messages hold: each
-                                       word, its inverse document frequency and counts
-    ranked(session, scope, weights, limit, offset, skip, total)
-                                       the best messages holding any of them, best first
-    best(session, scope, weights, limit, skip)
-                                       the ids of the best `limit`
+    weights(session, scope, query, index)   the query's words the agent's rows hold: each
+                                            word, its inverse document frequency and counts
+    ranked(session, scope, weights, limit, offset, skip, index)
+                                            the best rows holding any of them, best first
+    best(session, scope, weights, limit, skip, index)
+                                            the ids of the best `limit`
+    MESSAGES, PASSAGES                      the two indexes: `message_words`, `passage_words`
 
 A message's score is the sum of the weights of the query's words it holds, over
 1 + 0.1 ln(1 + its number of distinct words): BM25 without term-frequency saturation, which
 suits short chat turns. A word's weight is ln(1 + (N - df + 0.5) / (df + 0.5)), N the
-agent's searchable messages, df those holding the word, both read from `message_terms`.
-The messages holding the words are read from `message_words` by its primary key (an
-index-only scan of (tenant, agent, word), the word count beside each message id) and
-scored in one aggregate. Not from the GIN index of `messages.tsv`: inside the member's
-wall Postgres may not use it (migration 0021), and reads every message of the agent.
+agent's searchable messages, df those holding the word, both read from `message_terms`
+(for passages, counted: an agent has far fewer). The rows holding the words are read from
+`message_words` / `passage_words` by index (an index-only scan of (tenant, agent, word),
+the word count beside each id) and scored in one aggregate. Not from the GIN indexes of
+`tsv`: inside the member's wall Postgres may not use them (migration 0021), and reads every
+message or passage of the agent.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.scope import Scope
 
-_WEIGHTS_SQL = """
+_MESSAGE_WEIGHTS_SQL = """
 SELECT t.lexeme,
        CAST(ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS float8) AS idf,
        s.messages AS held, n.messages AS corpus
@@ -40,15 +42,34 @@ WHERE s.messages > 0
 ORDER BY t.lexeme
 """
 
-# Each message holding one of the words, scored; {skip}: the messages of the event being
+_PASSAGE_WEIGHTS_SQL = """
+SELECT t.lexeme,
+       CAST(ln(1 + (n.passages - s.held + 0.5) / (s.held + 0.5)) AS float8) AS idf,
+       s.held, n.passages AS corpus
+FROM (
+    SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
+) t
+CROSS JOIN LATERAL (
+    SELECT count(*) AS held FROM passage_words w
+    WHERE w.tenant_id = :tenant AND w.agent_id = :agent AND w.lexeme = t.lexeme
+) s
+CROSS JOIN (
+    SELECT count(*) AS passages FROM passages p
+    WHERE p.tenant_id = :tenant AND p.agent_id = :agent
+) n
+WHERE s.held > 0
+ORDER BY t.lexeme
+"""
+
+# Each row holding one of the words, scored; {skip}: the messages of the event being
 # handled left out (found by `messages_event`, once).
 _SCORED_SQL = """
-SELECT w.message_id AS id, sum(t.idf) / (1 + 0.1 * ln(1 + w.words)) AS score
+SELECT w.{id} AS id, sum(t.idf) / (1 + 0.1 * ln(1 + w.words)) AS score
 FROM unnest(CAST(:lexemes AS text[]), CAST(:idfs AS float8[])) AS t(lexeme, idf)
-JOIN message_words w
+JOIN {words} w
   ON w.tenant_id = :tenant AND w.agent_id = :agent AND w.lexeme = t.lexeme
 {skip}
-GROUP BY w.message_id, w.words
+GROUP BY w.{id}, w.words
 """
 _SKIP = """
 WHERE w.message_id <> ALL (ARRAY(
@@ -62,14 +83,39 @@ SELECT id FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
 """
 
 _PAGE_SQL = """
-SELECT r.id, r.search_text AS text, r.role AS kind, r.created_at, s.total, s.score
+SELECT r.id, {text} AS text, {kind} AS kind, r.created_at, s.total, s.score
 FROM (
     SELECT id, score, count(*) OVER () AS total FROM ({scored}) s
     ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
 ) s
-JOIN messages r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = s.id
+JOIN {rows} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = s.id
 ORDER BY s.score DESC, s.id DESC
 """
+
+
+@dataclass(frozen=True)
+class Index:
+    """One word index: its table and id column, and the rows it points at."""
+
+    words: str
+    id: str
+    rows: str
+    text: str  # the row's text, as a column of `r`
+    kind: str  # a message's role, a passage's source
+    weights_sql: str
+
+
+MESSAGES = Index(
+    "message_words", "message_id", "messages", "r.search_text", "r.role", _MESSAGE_WEIGHTS_SQL
+)
+PASSAGES = Index(
+    "passage_words",
+    "passage_id",
+    "passages",
+    "r.text",
+    "coalesce(r.source, '')",
+    _PASSAGE_WEIGHTS_SQL,
+)
 
 
 @dataclass(frozen=True)
@@ -80,10 +126,12 @@ class Weight:
     corpus: int  # the agent's searchable messages
 
 
-async def weights(session: AsyncSession, scope: Scope, query: str) -> list[Weight]:
-    """The query's words (its `english` lexemes) that the agent's messages hold, weighed."""
+async def weights(
+    session: AsyncSession, scope: Scope, query: str, index: Index = MESSAGES
+) -> list[Weight]:
+    """The query's words (its `english` lexemes) that the agent's rows hold, weighed."""
     rows = await session.execute(
-        text(_WEIGHTS_SQL),
+        text(index.weights_sql),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},
     )
     return [Weight(row.lexeme, row.idf, row.held, row.corpus) for row in rows]
@@ -99,8 +147,10 @@ def _params(scope: Scope, words: list[Weight], skip_event: int | None) -> dict[s
     }
 
 
-def _scored(skip_event: int | None) -> str:
-    return _SCORED_SQL.format(skip=_SKIP if skip_event is not None else "")
+def _scored(index: Index, skip_event: int | None) -> str:
+    """The scoring statement; `skip_event` (messages only) leaves that event's out."""
+    skip = _SKIP if skip_event is not None and index is MESSAGES else ""
+    return _SCORED_SQL.format(id=index.id, words=index.words, skip=skip)
 
 
 async def ranked(
@@ -110,12 +160,14 @@ async def ranked(
     limit: int,
     offset: int = 0,
     skip_event: int | None = None,
+    index: Index = MESSAGES,
 ) -> list[Any]:
-    """Rows (id, text, kind, created_at, total matches, score) of the messages holding any
-    of `words`, best first, from `offset`; the messages of `skip_event` left out."""
+    """Rows (id, text, kind, created_at, total matches, score) of the rows holding any of
+    `words`, best first, from `offset`; the messages of `skip_event` left out."""
     if not words:
         return []
-    sql = _PAGE_SQL.format(scored=_scored(skip_event))
+    scored = _scored(index, skip_event)
+    sql = _PAGE_SQL.format(scored=scored, text=index.text, kind=index.kind, rows=index.rows)
     params = {**_params(scope, words, skip_event), "limit": limit, "offset": offset}
     return list(await session.execute(text(sql), params))
 
@@ -126,10 +178,11 @@ async def best(
     words: list[Weight],
     limit: int,
     skip_event: int | None = None,
+    index: Index = MESSAGES,
 ) -> list[int]:
-    """The ids of the `limit` best messages holding any of `words` (`ranked`'s order)."""
+    """The ids of the `limit` best rows holding any of `words` (`ranked`'s order)."""
     if not words:
         return []
-    sql = _BEST_SQL.format(scored=_scored(skip_event))
+    sql = _BEST_SQL.format(scored=_scored(index, skip_event))
     params = {**_params(scope, words, skip_event), "limit": limit}
     return [row.id for row in await session.execute(text(sql), params)]

@@ -8,7 +8,9 @@
 Text search ranks by the sum of inverse document frequencies of the question's key words
 that a row contains (BM25 without term-frequency saturation, which suits short chat turns):
 a row need not contain every word, rare words count for more, and stemming comes from
-Postgres' `english` configuration. With a query embedding, the nearest rows by cosine
+Postgres' `english` configuration; the rows holding the words are found in the agent's
+word index (core.memory.keywords), which Postgres may use inside the member's wall. With a
+query embedding, the nearest rows by cosine
 distance (pgvector HNSW, iterative scans so that filtering to one agent still fills the
 list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a row found
 by both rises, and a row without a vector yet is still found by its words. The fused list
@@ -49,84 +51,12 @@ class Page:
     total: int
 
 
-# Ranked keyword search over passages (messages: core.memory.keywords, which reads kept term
-# statistics and scores the same way); `{table}`, `{filter}` and `{corpus}` are fixed
-# strings. The agent's rows holding any of the words are read once (`matches`, one bitmap
-# scan of the GIN index for the OR of the words); document frequencies and scores are
-# computed from them in memory, and only the page's rows are fetched again. The corpus size
-# counts the agent's rows in an index (an index-only scan). MATERIALIZED: inlined, a stale
-# row estimate once made Postgres rerun the corpus count per row.
-_KEYWORD_SQL = """
-WITH terms AS MATERIALIZED (
-    SELECT DISTINCT lexeme, to_tsquery('simple', quote_literal(lexeme)) AS tq
-    FROM unnest(tsvector_to_array(to_tsvector('english', :query))) AS lexeme
-),
-matches AS MATERIALIZED (
-    SELECT r.id, r.tsv FROM {table} r
-    WHERE r.tenant_id = :tenant AND r.agent_id = :agent {filter}
-      AND r.tsv @@ (
-          SELECT to_tsquery('simple', string_agg(quote_literal(lexeme), ' | ')) FROM terms
-      )
-),
-corpus AS MATERIALIZED (
-    SELECT count(*) AS n FROM {table} r
-    WHERE r.tenant_id = :tenant AND r.agent_id = :agent {corpus}
-),
-weights AS MATERIALIZED (
-    SELECT t.tq, ln(1 + (corpus.n - count(m.id) + 0.5) / (count(m.id) + 0.5)) AS idf
-    FROM terms t CROSS JOIN corpus JOIN matches m ON m.tsv @@ t.tq
-    GROUP BY t.lexeme, t.tq, corpus.n
-),
-scored AS MATERIALIZED (
-    SELECT m.id, sum(w.idf) / (1 + 0.1 * ln(1 + length(m.tsv))) AS score
-    FROM matches m JOIN weights w ON m.tsv @@ w.tq
-    GROUP BY m.id, m.tsv
-),
-best AS (
-    SELECT id, score FROM scored ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
-)
-SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at,
-       (SELECT count(*) FROM scored) AS total
-FROM best JOIN {table} r ON r.id = best.id
-ORDER BY best.score DESC, r.id DESC
-"""
-
-
 def _page_of(rows: list[Any], page: int, page_size: int, total: int | None = None) -> Page:
     if total is None:
         total = int(rows[0].total) if rows else 0
     pages = max(1, math.ceil(total / page_size))
     hits = [Hit(r.id, r.text, r.kind, r.created_at) for r in rows]
     return Page(hits, page, pages, total)
-
-
-async def _keyword_search(
-    session: AsyncSession,
-    scope: Scope,
-    table: str,
-    query: str,
-    page: int,
-    page_size: int,
-    skip_event: int | None = None,
-) -> Page:
-    sql = _KEYWORD_SQL.format(**_columns(table))
-    rows = (
-        await session.execute(
-            text(sql),
-            {
-                "query": query,
-                "tenant": scope.tenant_id,
-                "agent": scope.agent_id,
-                "limit": page_size,
-                "offset": (page - 1) * page_size,
-                "skip": skip_event or -1,  # event ids are positive
-            },
-        )
-    ).all()
-    if not rows and page > 1:  # past the end: report the real number of pages
-        first = await _keyword_search(session, scope, table, query, 1, page_size, skip_event)
-        return Page([], page, first.pages, first.total)
-    return _page_of(list(rows), page, page_size)
 
 
 async def recall_search(
@@ -146,25 +76,26 @@ async def recall_search(
     higher. Without `embedding`, key words alone, and every match counts in the total.
     """
     if embedding is None:
-        return await _recall_by_words(session, scope, query, page, page_size, skip_event)
+        return await _by_words(session, scope, query, page, page_size, skip_event)
     return await _hybrid_search(
         session, scope, "messages", query, embedding, page, page_size, skip_event, speaker
     )
 
 
-async def _recall_by_words(
+async def _by_words(
     session: AsyncSession,
     scope: Scope,
     query: str,
     page: int,
     page_size: int,
     skip_event: int | None,
+    index: keywords.Index = keywords.MESSAGES,
 ) -> Page:
-    words = await keywords.weights(session, scope, query)
+    words = await keywords.weights(session, scope, query, index)
     offset = (page - 1) * page_size
-    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event)
+    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event, index)
     if not rows and page > 1:  # past the end: report the real number of pages
-        first = await keywords.ranked(session, scope, words, 1, 0, skip_event)
+        first = await keywords.ranked(session, scope, words, 1, 0, skip_event, index)
         return _page_of([], page, page_size, int(first[0].total) if first else 0)
     return _page_of(rows, page, page_size)
 
@@ -220,7 +151,7 @@ async def archival_search(
     """Passages sharing key words with `query` or near it in meaning (key words alone
     when there is no embedding)."""
     if embedding is None:
-        return await _keyword_search(session, scope, "passages", query, page, page_size)
+        return await _by_words(session, scope, query, page, page_size, None, keywords.PASSAGES)
     return await _hybrid_search(session, scope, "passages", query, embedding, page, page_size)
 
 
@@ -281,7 +212,6 @@ def _columns(table: str) -> dict[str, str]:
         "vectors": "passages v",
         "vector_id": "v.id",
         "filter": "",
-        "corpus": "",
         "text_col": "r.text",
         "kind_col": "coalesce(r.source, '')",
     }
@@ -304,15 +234,10 @@ async def _hybrid_search(
         "agent": scope.agent_id,
         "skip": skip_event or -1,  # event ids are positive
         "limit": DEPTH,
-        "offset": 0,
     }
-    if table == "messages":
-        words = await keywords.weights(session, scope, query)
-        by_words = await keywords.best(session, scope, words, DEPTH, skip_event)
-    else:
-        keyword_sql = _KEYWORD_SQL.format(**columns)
-        rows = await session.execute(text(keyword_sql), {**params, "query": query})
-        by_words = [r.id for r in rows]
+    index = keywords.MESSAGES if table == "messages" else keywords.PASSAGES
+    words = await keywords.weights(session, scope, query, index)
+    by_words = await keywords.best(session, scope, words, DEPTH, skip_event, index)
     await session.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
     vector = str([float(x) for x in embedding])
     nearest_sql = _NEAREST_SQL.format(**columns, dim=len(embedding))  # as the index is made

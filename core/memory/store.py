@@ -267,6 +267,7 @@ class AgentStore:
         )
         self.session.add(passage)
         await self.session.flush()
+        await terms.list_passage(self.session, self.scope, passage.id)
         self.passages_added += 1
         return passage
 

@@ -1,4 +1,5 @@
-"""Each agent's word index for ranking its messages by key words (migrations 0019, 0021).
+"""Each agent's word index for ranking its messages and passages by key words (0019, 0021,
+0022).
 
     message_terms (tenant_id, agent_id, lexeme, messages)
         how many of the agent's searchable messages hold each lexeme of their `tsv`;
@@ -11,6 +12,8 @@
                                      round trip
     rebuild(session, scope)          list and count one agent's words again (after a bulk change)
     REBUILD_ALL                      the same for every agent (bulk loads)
+    list_passage(session, scope, id) list a stored passage's words (`passage_words`, 0022)
+    LIST_PASSAGES                    the same for every passage (bulk loads)
 
 Full text ranking weighs a word by how rare it is among the agent's messages (inverse
 document frequency), and finds the messages holding the query's words by index
@@ -111,3 +114,23 @@ async def rebuild(session: AsyncSession, scope: Scope) -> None:
         await session.execute(
             text(statement.format(where="AND tenant_id = :tenant AND agent_id = :agent")), params
         )
+
+
+# The words of passages (`{where}` narrows them), into `passage_words`.
+LIST_PASSAGES = """
+INSERT INTO passage_words (tenant_id, agent_id, lexeme, passage_id, words)
+SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM passages,
+       unnest(tsvector_to_array(tsv)) AS lexeme
+WHERE true {where}
+"""
+
+
+async def list_passage(session: AsyncSession, scope: Scope, passage_id: int) -> None:
+    """List the words of the agent's passage `passage_id` in `passage_words`, which archival
+    search ranks by; they go with the passage (a foreign key, ON DELETE CASCADE)."""
+    await session.execute(
+        text(
+            LIST_PASSAGES.format(where="AND tenant_id = :tenant AND agent_id = :agent AND id = :id")
+        ),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id, "id": passage_id},
+    )
