@@ -52,13 +52,18 @@ async def kept_and_counted(sessions) -> tuple[set, set]:
 async def assert_counts_true(sessions) -> None:
     kept, counted = await kept_and_counted(sessions)
     assert kept == counted
+    await assert_listed(sessions, "message_words", "message_id", LISTED)
+
+
+async def assert_listed(sessions, table: str, row_id: str, listed_sql: str) -> None:
+    """`table` holds each word of each row once, as `listed_sql` gives them, none left behind."""
     async with sessions() as session:
-        words = await session.execute(
-            text("SELECT tenant_id, agent_id, lexeme, message_id, words FROM message_words")
+        kept = await session.execute(
+            text(f"SELECT tenant_id, agent_id, lexeme, {row_id}, words FROM {table}")
         )
-        listed = await session.execute(text(LISTED))
-        kept_words, listed_words = [tuple(r) for r in words], [tuple(r) for r in listed]
-    assert sorted(kept_words) == sorted(listed_words)  # each once, none left behind
+        listed = await session.execute(text(listed_sql))
+        kept_rows, listed_rows = sorted(tuple(r) for r in kept), sorted(tuple(r) for r in listed)
+    assert kept_rows == listed_rows
 
 
 async def said(sessions, tenant: str, user: str, lines: list[str]):
@@ -182,13 +187,7 @@ SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM passages,
 
 
 async def assert_passage_words_true(sessions) -> None:
-    async with sessions() as session:
-        kept = await session.execute(
-            text("SELECT tenant_id, agent_id, lexeme, passage_id, words FROM passage_words")
-        )
-        listed = await session.execute(text(PASSAGE_WORDS))
-        kept_rows, listed_rows = sorted(tuple(r) for r in kept), sorted(tuple(r) for r in listed)
-    assert kept_rows == listed_rows
+    await assert_listed(sessions, "passage_words", "passage_id", PASSAGE_WORDS)
 
 
 async def test_passage_words_stay_those_of_the_passages(members, sessions):

@@ -23,8 +23,10 @@ MEMBER_TABLES = [
     "blocks",
     "messages",
     "message_vectors",
+    "message_words",
     "summaries",
     "passages",
+    "passage_words",
     "events",
     "outbox",
 ]

@@ -45,7 +45,8 @@ async def plans_inside_the_wall(sessions, scope, search) -> list[str]:
         await enter_scope(session, scope)
         await search(session)
         conn = await session.connection()
-        assert await conn.exec_driver_sql("SELECT current_setting('companion.agent_id')")
+        entered = await conn.exec_driver_sql("SELECT current_setting('companion.agent_id')")
+        assert entered.scalar() == str(scope.agent_id)  # the plans are the wall's
         for scan in ("seqscan", "bitmapscan"):
             await conn.exec_driver_sql(f"SET LOCAL enable_{scan} = off")
         plans = []

@@ -62,7 +62,7 @@ ORDER BY t.lexeme
 """
 
 # Each row holding one of the words, scored; {skip}: the messages of the event being
-# handled left out (found by `messages_event`, once).
+# handled left out (found by `messages_event`, once), for messages.
 _SCORED_SQL = """
 SELECT w.{id} AS id, sum(t.idf) / (1 + 0.1 * ln(1 + w.words)) AS score
 FROM unnest(CAST(:lexemes AS text[]), CAST(:idfs AS float8[])) AS t(lexeme, idf)
@@ -71,7 +71,8 @@ JOIN {words} w
 {skip}
 GROUP BY w.{id}, w.words
 """
-_SKIP = """
+# A message index's {skip}: the messages of the event `:skip` left out.
+_SKIP_EVENT = """
 WHERE w.message_id <> ALL (ARRAY(
     SELECT m.id FROM messages m
     WHERE m.tenant_id = :tenant AND m.event_id = :skip AND m.agent_id = :agent
@@ -103,10 +104,17 @@ class Index:
     text: str  # the row's text, as a column of `r`
     kind: str  # a message's role, a passage's source
     weights_sql: str
+    skip_event: str  # the scoring's clause leaving an event's rows out ("" for none)
 
 
 MESSAGES = Index(
-    "message_words", "message_id", "messages", "r.search_text", "r.role", _MESSAGE_WEIGHTS_SQL
+    "message_words",
+    "message_id",
+    "messages",
+    "r.search_text",
+    "r.role",
+    _MESSAGE_WEIGHTS_SQL,
+    _SKIP_EVENT,
 )
 PASSAGES = Index(
     "passage_words",
@@ -115,6 +123,7 @@ PASSAGES = Index(
     "r.text",
     "coalesce(r.source, '')",
     _PASSAGE_WEIGHTS_SQL,
+    "",  # a passage is no event's message
 )
 
 
@@ -148,8 +157,8 @@ def _params(scope: Scope, words: list[Weight], skip_event: int | None) -> dict[s
 
 
 def _scored(index: Index, skip_event: int | None) -> str:
-    """The scoring statement; `skip_event` (messages only) leaves that event's out."""
-    skip = _SKIP if skip_event is not None and index is MESSAGES else ""
+    """The scoring statement; `skip_event` leaves that event's messages out."""
+    skip = index.skip_event if skip_event is not None else ""
     return _SCORED_SQL.format(id=index.id, words=index.words, skip=skip)
 
 

@@ -191,7 +191,7 @@ WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids) AND r.r
 """
 
 _ROWS_SQL = """
-SELECT r.id, {text_col} AS text, {kind_col} AS kind, r.created_at FROM {table} r
+SELECT r.id, {text} AS text, {kind} AS kind, r.created_at FROM {rows} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
 """
 
@@ -199,22 +199,12 @@ WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
 def _columns(table: str) -> dict[str, str]:
     if table == "messages":
         return {
-            "table": "messages",
             "vectors": "message_vectors v JOIN messages r "
             "ON r.tenant_id = v.tenant_id AND r.id = v.message_id",
             "vector_id": "v.message_id",
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
-            "text_col": "r.search_text",
-            "kind_col": "r.role",
         }
-    return {
-        "table": "passages",
-        "vectors": "passages v",
-        "vector_id": "v.id",
-        "filter": "",
-        "text_col": "r.text",
-        "kind_col": "coalesce(r.source, '')",
-    }
+    return {"vectors": "passages v", "vector_id": "v.id", "filter": ""}
 
 
 async def _hybrid_search(
@@ -260,7 +250,8 @@ async def _hybrid_search(
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
-        result = await session.execute(text(_ROWS_SQL.format(**columns)), {**params, "ids": wanted})
+        rows_sql = _ROWS_SQL.format(text=index.text, kind=index.kind, rows=index.rows)
+        result = await session.execute(text(rows_sql), {**params, "ids": wanted})
         found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in result}
     hits = [found[row_id] for row_id in wanted if row_id in found]
     return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))

@@ -6,6 +6,8 @@
         the row with the lexeme CORPUS ('') counts the searchable messages themselves
     message_words (tenant_id, agent_id, lexeme, message_id, words)
         which of them hold it, each with its number of distinct lexemes
+    passage_words (tenant_id, agent_id, lexeme, passage_id, words)
+        the same for archival passages (their counts are taken per query)
 
     counted_insert(message_insert)   the statement storing a searchable message: the message,
                                      its waiting vector row, its words listed and counted, one
