@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import text
 
 from bot.database import make_engine
+from bot.eval.locomo import EvidenceLog, parse_evidence
 from tests.conftest import ROOT, cli_env, companion
 from tests.fake_openai import (
     calls,
@@ -100,6 +101,19 @@ async def test_locomo_recall_reports_recall_by_category(fake, pg_url, tmp_path):
     assert any(line.startswith("all but adversarial") for line in lines)
     assert "locomo-recall: 10 of 10 (100%)" in run.err  # progress, plain when not a terminal
     assert await no_eval_schema_left(pg_url)
+
+
+def test_malformed_evidence_ids_are_repaired_or_reported():
+    known = {"D8:6", "D9:17", "D11:26", "D30:5"}
+    log = EvidenceLog()
+    raw = ["D8:6; D9:17", "D:11:26", "D30:05", "D", "D10:19"]
+    assert parse_evidence(raw, known, log) == known
+    assert log.repaired == [
+        "'D8:6; D9:17' -> D8:6, D9:17",
+        "'D:11:26' -> D11:26",
+        "'D30:05' -> D30:5",
+    ]
+    assert log.unparseable == ["D"] and log.unknown == ["D10:19"] and log.clean == 1
 
 
 async def test_locomo_qa_asks_the_agent_and_the_judge_scores(fake, pg_url, tmp_path):

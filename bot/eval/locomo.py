@@ -67,7 +67,7 @@ def parse_evidence(raw: list[str], known: set[str], log: EvidenceLog) -> set[str
     gold: set[str] = set()
     for entry in raw:
         log.entries += 1
-        ids = [f"D{a}:{b}" for a, b in EVIDENCE_ID.findall(entry)]
+        ids = [f"D{int(a)}:{int(b)}" for a, b in EVIDENCE_ID.findall(entry)]  # "D30:05"
         if not ids:
             log.unparseable.append(entry)
             continue
