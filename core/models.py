@@ -247,6 +247,19 @@ class PassageWord(Base):
     words: Mapped[int] = mapped_column(Integer)
 
 
+class PassageTerm(Base):
+    """How many of the agent's archival passages hold `lexeme` (migration 0024), as
+    `MessageTerm` for messages; the row with the empty lexeme counts the passages."""
+
+    __tablename__ = "passage_terms"
+    agent_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    )
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    tenant_id: Mapped[int] = _tenant_fk()
+    passages: Mapped[int] = mapped_column(Integer)
+
+
 class Event(Base):
     __tablename__ = "events"
     # A redelivery is stored once per member (migration 0008): platform ids are not a member's.

@@ -186,13 +186,28 @@ SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM passages,
 """
 
 
+PASSAGES_COUNTED = """
+SELECT tenant_id, agent_id, lexeme, count(*) FROM passages,
+       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
+GROUP BY 1, 2, 3
+"""
+
+
 async def assert_passage_words_true(sessions) -> None:
     await assert_listed(sessions, "passage_words", "passage_id", PASSAGE_WORDS)
+    async with sessions() as session:  # a word no passage holds any more may stay at 0
+        kept = await session.execute(
+            text("SELECT tenant_id, agent_id, lexeme, passages FROM passage_terms")
+        )
+        counted = await session.execute(text(PASSAGES_COUNTED))
+        kept_rows = {tuple(r) for r in kept if r.passages}
+        assert kept_rows == {tuple(r) for r in counted}
 
 
 async def test_passage_words_stay_those_of_the_passages(members, sessions):
-    """Archival search finds passages by their listed words: each stored passage's are
-    listed, and they go with it however it goes (removed, reset, replaced, erased)."""
+    """Archival search finds passages by their listed and counted words: each stored
+    passage's are listed and counted, and they go with it however it goes (removed, reset,
+    replaced, erased)."""
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "g", "ann", EngineConfig())
         store = AgentStore(session, scope, EngineConfig().max_message_tokens)
@@ -203,6 +218,8 @@ async def test_passage_words_stay_those_of_the_passages(members, sessions):
     assert [h.text for h in found.hits] == ["lemon cake recipe"]
     async with sessions() as session, session.begin():
         assert await remove_passage(session, scope, kept[0].id)
+    async with sessions() as session, session.begin():
+        assert not await remove_passage(session, scope, kept[0].id)  # gone already
     await assert_passage_words_true(sessions)
     async with sessions() as session:
         assert (await archival_search(session, scope, "lemon", None)).total == 0

@@ -18,6 +18,7 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory import terms
 from core.models import Agent, Message, Passage
 from core.schedule.planning import plan_for
 from core.schedule.policy import ScheduleConfig
@@ -108,12 +109,9 @@ async def passage_page(
 
 async def remove_passage(session: AsyncSession, scope: Scope, passage_id: int) -> bool:
     """Delete the passage if it is this agent's; False when there is no such passage."""
-    deleted = await session.scalar(
-        delete(Passage)
-        .where(_mine(Passage, scope), Passage.id == passage_id)  # type: ignore[arg-type]
-        .returning(Passage.id)
-    )
-    return deleted is not None
+    mine = delete(Passage).where(_mine(Passage, scope), Passage.id == passage_id)  # type: ignore[arg-type]
+    counts = await session.execute(terms.counted_delete(mine))
+    return counts.first() is not None  # the passage's counts went with it
 
 
 async def opener_status(

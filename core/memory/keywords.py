@@ -12,7 +12,7 @@ A message's score is the sum of the weights of the query's words it holds, over
 1 + 0.1 ln(1 + its number of distinct words): BM25 without term-frequency saturation, which
 suits short chat turns. A word's weight is ln(1 + (N - df + 0.5) / (df + 0.5)), N the
 agent's searchable messages, df those holding the word, both read from `message_terms`
-(for passages, counted: an agent has far fewer). The rows holding the words are read from
+(for passages, `passage_terms`). The rows holding the words are read from
 `message_words` / `passage_words` by index (an index-only scan of (tenant, agent, word),
 the word count beside each id) and scored in one aggregate. Not from the GIN indexes of
 `tsv`: inside the member's wall Postgres may not use them (migration 0021), and reads every
@@ -29,35 +29,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.scope import Scope
 
-_MESSAGE_WEIGHTS_SQL = """
+# The query's words the agent's rows hold, each weighed by the counts in {terms}.{rows}.
+_WEIGHTS_SQL = """
 SELECT t.lexeme,
-       CAST(ln(1 + (n.messages - s.messages + 0.5) / (s.messages + 0.5)) AS float8) AS idf,
-       s.messages AS held, n.messages AS corpus
+       CAST(ln(1 + (n.{rows} - s.{rows} + 0.5) / (s.{rows} + 0.5)) AS float8) AS idf,
+       s.{rows} AS held, n.{rows} AS corpus
 FROM (
     SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
 ) t
-JOIN message_terms s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
-JOIN message_terms n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
-WHERE s.messages > 0
-ORDER BY t.lexeme
-"""
-
-_PASSAGE_WEIGHTS_SQL = """
-SELECT t.lexeme,
-       CAST(ln(1 + (n.passages - s.held + 0.5) / (s.held + 0.5)) AS float8) AS idf,
-       s.held, n.passages AS corpus
-FROM (
-    SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
-) t
-CROSS JOIN LATERAL (
-    SELECT count(*) AS held FROM passage_words w
-    WHERE w.tenant_id = :tenant AND w.agent_id = :agent AND w.lexeme = t.lexeme
-) s
-CROSS JOIN (
-    SELECT count(*) AS passages FROM passages p
-    WHERE p.tenant_id = :tenant AND p.agent_id = :agent
-) n
-WHERE s.held > 0
+JOIN {terms} s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
+JOIN {terms} n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
+WHERE s.{rows} > 0
 ORDER BY t.lexeme
 """
 
@@ -113,7 +95,7 @@ MESSAGES = Index(
     "messages",
     "r.search_text",
     "r.role",
-    _MESSAGE_WEIGHTS_SQL,
+    _WEIGHTS_SQL.format(terms="message_terms", rows="messages"),
     _SKIP_EVENT,
 )
 PASSAGES = Index(
@@ -122,7 +104,7 @@ PASSAGES = Index(
     "passages",
     "r.text",
     "coalesce(r.source, '')",
-    _PASSAGE_WEIGHTS_SQL,
+    _WEIGHTS_SQL.format(terms="passage_terms", rows="passages"),
     "",  # a passage is no event's message
 )
 

@@ -212,9 +212,11 @@ class AgentStore:
             self._mine(Event), Event.status.in_([EventStatus.PENDING, EventStatus.WAITING])
         )
         await self.session.execute(
-            delete(Passage).where(
-                self._mine(Passage),
-                Passage.event_id.is_(None) | Passage.event_id.not_in(unanswered),
+            terms.counted_delete(
+                delete(Passage).where(
+                    self._mine(Passage),
+                    Passage.event_id.is_(None) | Passage.event_id.not_in(unanswered),
+                )
             )
         )
         await self._changed()

@@ -1,21 +1,22 @@
 """Each agent's word index for ranking its messages and passages by key words (0019, 0021,
-0022).
+0022, 0024).
 
     message_terms (tenant_id, agent_id, lexeme, messages)
         how many of the agent's searchable messages hold each lexeme of their `tsv`;
         the row with the lexeme CORPUS ('') counts the searchable messages themselves
     message_words (tenant_id, agent_id, lexeme, message_id, words)
         which of them hold it, each with its number of distinct lexemes
-    passage_words (tenant_id, agent_id, lexeme, passage_id, words)
-        the same for archival passages (their counts are taken per query)
+    passage_words, passage_terms
+        the same for archival passages (0022, 0024)
 
     counted_insert(message_insert)   the statement storing a searchable message: the message,
                                      its waiting vector row, its words listed and counted, one
                                      round trip
     rebuild(session, scope)          list and count one agent's words again (after a bulk change)
     REBUILD_ALL                      the same for every agent (bulk loads)
-    list_passage(session, scope, id) list a stored passage's words (`passage_words`, 0022)
-    LIST_PASSAGES                    the same for every passage (bulk loads)
+    list_passage(session, scope, id) list and count a stored passage's words
+    counted_delete(passage_delete)   a DELETE of passages that takes their words' counts back
+    LIST_PASSAGES, COUNT_PASSAGES    the same for every passage (bulk loads)
 
 Full text ranking weighs a word by how rare it is among the agent's messages (inverse
 document frequency), and finds the messages holding the query's words by index
@@ -29,11 +30,23 @@ messages at once (eval's reset to an imported past, bulk loaders) call `rebuild`
 
 from __future__ import annotations
 
-from sqlalchemy import Insert, Select, Table, func, insert, literal, select, text
+from sqlalchemy import (
+    Delete,
+    Insert,
+    Select,
+    Table,
+    Update,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.models import Message, MessageTerm, MessageVector, MessageWord
+from core.models import Message, MessageTerm, MessageVector, MessageWord, Passage, PassageTerm
 from core.scope import Scope
 
 CORPUS = ""  # no lexeme is empty: this row counts the searchable messages
@@ -41,6 +54,8 @@ MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
 TERMS: Table = MessageTerm.__table__  # type: ignore[assignment]
 WORDS: Table = MessageWord.__table__  # type: ignore[assignment]
+PASSAGES: Table = Passage.__table__  # type: ignore[assignment]
+PASSAGE_TERMS: Table = PassageTerm.__table__  # type: ignore[assignment]
 
 # Every agent's counts and words, from its messages (the tables empty, or the agent's rows
 # deleted); `{where}` narrows the messages.
@@ -118,6 +133,8 @@ async def rebuild(session: AsyncSession, scope: Scope) -> None:
         )
 
 
+_AGENT = "AND tenant_id = :tenant AND agent_id = :agent"
+
 # The words of passages (`{where}` narrows them), into `passage_words`.
 LIST_PASSAGES = """
 INSERT INTO passage_words (tenant_id, agent_id, lexeme, passage_id, words)
@@ -125,14 +142,65 @@ SELECT tenant_id, agent_id, lexeme, id, length(tsv) FROM passages,
        unnest(tsvector_to_array(tsv)) AS lexeme
 WHERE true {where}
 """
+# Every agent's passage counts, into an empty `passage_terms` (bulk loads; `{where}` narrows
+# the passages).
+COUNT_PASSAGES = """
+INSERT INTO passage_terms (tenant_id, agent_id, lexeme, passages)
+SELECT tenant_id, agent_id, lexeme, count(*) FROM passages,
+       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
+WHERE true {where}
+GROUP BY tenant_id, agent_id, lexeme
+"""
+# One new passage's words, listed and counted (row locks in lexeme order, as for messages).
+_LIST_AND_COUNT_PASSAGE = f"""
+WITH listed AS ({LIST_PASSAGES.format(where=_AGENT + " AND id = :id")})
+INSERT INTO passage_terms (tenant_id, agent_id, lexeme, passages)
+SELECT tenant_id, agent_id, lexeme, 1 FROM passages,
+       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
+WHERE tenant_id = :tenant AND id = :id AND agent_id = :agent
+ORDER BY lexeme
+ON CONFLICT (tenant_id, agent_id, lexeme)
+DO UPDATE SET passages = passage_terms.passages + 1
+"""
 
 
 async def list_passage(session: AsyncSession, scope: Scope, passage_id: int) -> None:
     """List the words of the agent's passage `passage_id` in `passage_words`, which archival
-    search ranks by; they go with the passage (a foreign key, ON DELETE CASCADE)."""
+    search ranks by, and count them in `passage_terms`; its words go with the passage (a
+    foreign key, ON DELETE CASCADE), its counts with `counted_delete`."""
     await session.execute(
-        text(
-            LIST_PASSAGES.format(where="AND tenant_id = :tenant AND agent_id = :agent AND id = :id")
-        ),
+        text(_LIST_AND_COUNT_PASSAGE),
         {"tenant": scope.tenant_id, "agent": scope.agent_id, "id": passage_id},
+    )
+
+
+def counted_delete(passages: Delete) -> Update:
+    """`passages` (a DELETE of one agent's passages) with their words' counts taken back, in
+    one statement; returns the counts' rows it changed (none when nothing was deleted)."""
+    gone = passages.returning(PASSAGES.c.tenant_id, PASSAGES.c.agent_id, PASSAGES.c.tsv).cte("gone")
+    lexeme = func.unnest(func.array_append(func.tsvector_to_array(gone.c.tsv), literal(CORPUS)))
+    each = select(gone.c.tenant_id, gone.c.agent_id, lexeme.label("lexeme")).subquery("each")
+    keys = (each.c.tenant_id, each.c.agent_id, each.c.lexeme)
+    counts = select(*keys, func.count().label("n")).group_by(*keys).subquery("counts")
+    locked = (  # lexeme order, as every writer of the counts takes its row locks
+        select(PASSAGE_TERMS.c.lexeme)
+        .where(
+            PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
+            PASSAGE_TERMS.c.agent_id == counts.c.agent_id,
+            PASSAGE_TERMS.c.lexeme == counts.c.lexeme,
+        )
+        .order_by(PASSAGE_TERMS.c.lexeme)
+        .with_for_update(of=PASSAGE_TERMS)
+        .cte("locked")
+    )
+    return (
+        update(PASSAGE_TERMS)
+        .where(
+            PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
+            PASSAGE_TERMS.c.agent_id == counts.c.agent_id,
+            PASSAGE_TERMS.c.lexeme == counts.c.lexeme,
+            PASSAGE_TERMS.c.lexeme.in_(select(locked.c.lexeme)),
+        )
+        .values(passages=PASSAGE_TERMS.c.passages - counts.c.n)
+        .returning(PASSAGE_TERMS.c.lexeme)
     )
