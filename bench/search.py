@@ -20,7 +20,9 @@ messages go in with COPY (text), their words are listed and counted into message
 message_terms (core.memory.terms.REBUILD_ALL), their vectors (into message_vectors) and the
 passages go in with one INSERT ... SELECT each (vectors made by the server), the passages'
 words into passage_words and passage_terms (core.memory.terms.LIST_PASSAGES,
-COUNT_PASSAGES); then the same indexes are rebuilt from their saved definitions and timed.
+COUNT_PASSAGES); then the same indexes are rebuilt from their saved definitions and timed,
+and the tables vacuumed and checkpointed (so that the first searches do not run while the
+load's new pages are written out).
 The HNSW build takes minutes at 1536 dimensions on 2 cores; --dim 384 is a quicker run.
 At the end, EXPLAIN ANALYZE of every statement one recall_search (words + embedding)
 sends: where its time goes. Needs PostgreSQL 16+ (random_normal) and pgvector 0.8+.
@@ -211,6 +213,11 @@ async def load(
         )
         vacuum = f"VACUUM ANALYZE {tables}"
         await watch.time(vacuum, raw.execute(vacuum))
+        # The load's gigabyte of new pages written out now, not while the first searches run.
+        try:
+            await watch.time("CHECKPOINT", raw.execute("CHECKPOINT"))
+        except asyncpg.InsufficientPrivilegeError:
+            log("CHECKPOINT needs a superuser or pg_checkpoint: the first searches may be slower")
     finally:
         await raw.close()
     return saved

@@ -50,6 +50,7 @@ from core.models import Message, MessageTerm, MessageVector, MessageWord, Passag
 from core.scope import Scope
 
 CORPUS = ""  # no lexeme is empty: this row counts the searchable messages
+_AGENT = "AND tenant_id = :tenant AND agent_id = :agent"  # a `{where}` for one agent's rows
 MESSAGES: Table = Message.__table__  # type: ignore[assignment]
 VECTORS: Table = MessageVector.__table__  # type: ignore[assignment]
 TERMS: Table = MessageTerm.__table__  # type: ignore[assignment]
@@ -124,16 +125,10 @@ async def rebuild(session: AsyncSession, scope: Scope) -> None:
     """List and count the agent's searchable messages' lexemes again, from the messages."""
     params = {"tenant": scope.tenant_id, "agent": scope.agent_id}
     for table in ("message_terms", "message_words"):
-        await session.execute(
-            text(f"DELETE FROM {table} WHERE tenant_id = :tenant AND agent_id = :agent"), params
-        )
+        await session.execute(text(f"DELETE FROM {table} WHERE true {_AGENT}"), params)
     for statement in REBUILD_ALL:
-        await session.execute(
-            text(statement.format(where="AND tenant_id = :tenant AND agent_id = :agent")), params
-        )
+        await session.execute(text(statement.format(where=_AGENT)), params)
 
-
-_AGENT = "AND tenant_id = :tenant AND agent_id = :agent"
 
 # The words of passages (`{where}` narrows them), into `passage_words`.
 LIST_PASSAGES = """
