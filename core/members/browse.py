@@ -109,9 +109,10 @@ async def passage_page(
 
 async def remove_passage(session: AsyncSession, scope: Scope, passage_id: int) -> bool:
     """Delete the passage if it is this agent's; False when there is no such passage."""
-    mine = delete(Passage).where(_mine(Passage, scope), Passage.id == passage_id)  # type: ignore[arg-type]
-    counts = await session.execute(terms.counted_delete(mine))
-    return counts.first() is not None  # the passage's counts went with it
+    mine = _mine(Passage, scope)
+    passage = delete(Passage).where(mine, Passage.id == passage_id)  # type: ignore[arg-type]
+    deleted = await session.scalar(terms.counted_delete(passage))
+    return deleted is not None
 
 
 async def opener_status(

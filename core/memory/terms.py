@@ -35,7 +35,6 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
-    Update,
     func,
     insert,
     literal,
@@ -169,33 +168,32 @@ async def list_passage(session: AsyncSession, scope: Scope, passage_id: int) -> 
     )
 
 
-def counted_delete(passages: Delete) -> Update:
+def counted_delete(passages: Delete) -> Select[tuple[int]]:
     """`passages` (a DELETE of one agent's passages) with their words' counts taken back, in
-    one statement; returns the counts' rows it changed (none when nothing was deleted)."""
-    gone = passages.returning(PASSAGES.c.tenant_id, PASSAGES.c.agent_id, PASSAGES.c.tsv).cte("gone")
+    one statement. Selects the ids of the passages deleted."""
+    gone = passages.returning(
+        PASSAGES.c.id, PASSAGES.c.tenant_id, PASSAGES.c.agent_id, PASSAGES.c.tsv
+    ).cte("gone")
     lexeme = func.unnest(func.array_append(func.tsvector_to_array(gone.c.tsv), literal(CORPUS)))
     each = select(gone.c.tenant_id, gone.c.agent_id, lexeme.label("lexeme")).subquery("each")
     keys = (each.c.tenant_id, each.c.agent_id, each.c.lexeme)
     counts = select(*keys, func.count().label("n")).group_by(*keys).subquery("counts")
-    locked = (  # lexeme order, as every writer of the counts takes its row locks
+    same_row = (
+        PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
+        PASSAGE_TERMS.c.agent_id == counts.c.agent_id,
+        PASSAGE_TERMS.c.lexeme == counts.c.lexeme,
+    )
+    locked = (  # in lexeme order, as every writer of the counts takes its row locks
         select(PASSAGE_TERMS.c.lexeme)
-        .where(
-            PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
-            PASSAGE_TERMS.c.agent_id == counts.c.agent_id,
-            PASSAGE_TERMS.c.lexeme == counts.c.lexeme,
-        )
+        .where(*same_row)
         .order_by(PASSAGE_TERMS.c.lexeme)
         .with_for_update(of=PASSAGE_TERMS)
         .cte("locked")
     )
-    return (
+    uncounted = (
         update(PASSAGE_TERMS)
-        .where(
-            PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
-            PASSAGE_TERMS.c.agent_id == counts.c.agent_id,
-            PASSAGE_TERMS.c.lexeme == counts.c.lexeme,
-            PASSAGE_TERMS.c.lexeme.in_(select(locked.c.lexeme)),
-        )
+        .where(*same_row, PASSAGE_TERMS.c.lexeme.in_(select(locked.c.lexeme)))
         .values(passages=PASSAGE_TERMS.c.passages - counts.c.n)
-        .returning(PASSAGE_TERMS.c.lexeme)
+        .cte("uncounted")
     )
+    return select(gone.c.id).add_cte(uncounted)
