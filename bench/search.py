@@ -1,10 +1,11 @@
 """Recall and archival search latency on a large agent (100k rows by default).
 
-    python bench/search.py [--rows 100000] [--dim 1536] [--queries 50]
+    python bench/search.py [--rows 100000] [--other-rows N] [--dim 1536] [--queries 50]
 
 Loads, for one agent, --rows messages (generated English chat lines spread over --days) and
 --rows archival passages, both with random unit vectors of --dim dimensions; other agents get
-the same numbers again between them, so every query has to filter to its agent. Then times
+--other-rows of each between them (as many again by default), so every query has to filter
+to its agent. Then times
 the product's own search functions (`core.memory.search`): `recall_search` with
 natural-language questions and a query vector (full text and HNSW fused, the turns next to
 the best hits ranked too), the same by key words only, `recall_by_date` over 1-7 day ranges,
@@ -145,7 +146,7 @@ async def load(
     try:
         await raw.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
         saved = await drop_indexes(raw, ["messages", "message_vectors", "passages"])
-        owners = [target] * args.rows + spread(args.rows, others)
+        owners = [target] * args.rows + spread(args.other_rows, others)
         records = message_records(owners, args.days, args.seed)
         await watch.time(
             f"COPY {len(records):,} messages",
@@ -287,7 +288,8 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", help="use this Postgres (a throwaway schema in it)")
     parser.add_argument("--rows", type=int, default=100_000, help="messages and passages")
-    parser.add_argument("--other-agents", type=int, default=99, help="agents sharing --rows more")
+    parser.add_argument("--other-agents", type=int, default=99, help="agents sharing the rest")
+    parser.add_argument("--other-rows", type=int, help="their messages and passages (--rows)")
     parser.add_argument("--dim", type=int, default=1536, help="embedding dimension")
     parser.add_argument("--queries", type=int, default=50, help="timed queries per kind")
     parser.add_argument("--warmup", type=int, default=50, help="other queries first, untimed")
@@ -296,10 +298,11 @@ async def main() -> None:
     parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index builds")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    args.other_rows = args.rows if args.other_rows is None else args.other_rows
     if args.dim >= 1000:
         log(
-            f"building an HNSW index over {2 * args.rows:,} vectors of {args.dim} dimensions "
-            "takes minutes on 2 cores; --dim 384 is quicker"
+            f"building an HNSW index over {args.rows + args.other_rows:,} vectors of "
+            f"{args.dim} dimensions takes minutes on 2 cores; --dim 384 is quicker"
         )
 
     async with bench_database(args.database_url, embedding_dim=args.dim, pool_size=2) as db:
@@ -392,8 +395,8 @@ async def main() -> None:
                     "machine": host,
                     "code": revision(),
                     "target agent": f"{args.rows:,} messages, {args.rows:,} passages",
-                    "other agents": f"{args.other_agents}, sharing {args.rows:,} messages and "
-                    f"{args.rows:,} passages",
+                    "other agents": f"{args.other_agents}, sharing {args.other_rows:,} messages "
+                    f"and {args.other_rows:,} passages",
                     "messages": f"1-3 generated English sentences, over {args.days} days",
                     "passages": f"2-6 sentences; random unit vectors, {args.dim} dimensions",
                     "queries": f"{args.queries} per kind (after {args.warmup} others, "
