@@ -146,15 +146,13 @@ WHERE true {where}
 GROUP BY tenant_id, agent_id, lexeme
 """
 # One new passage's words, listed and counted (row locks in lexeme order, as for messages).
+_ONE_PASSAGE = _AGENT + " AND id = :id"
 _LIST_AND_COUNT_PASSAGE = f"""
-WITH listed AS ({LIST_PASSAGES.format(where=_AGENT + " AND id = :id")})
-INSERT INTO passage_terms (tenant_id, agent_id, lexeme, passages)
-SELECT tenant_id, agent_id, lexeme, 1 FROM passages,
-       unnest(array_append(tsvector_to_array(tsv), '')) AS lexeme
-WHERE tenant_id = :tenant AND id = :id AND agent_id = :agent
+WITH listed AS ({LIST_PASSAGES.format(where=_ONE_PASSAGE)})
+{COUNT_PASSAGES.format(where=_ONE_PASSAGE)}
 ORDER BY lexeme
 ON CONFLICT (tenant_id, agent_id, lexeme)
-DO UPDATE SET passages = passage_terms.passages + 1
+DO UPDATE SET passages = passage_terms.passages + excluded.passages
 """
 
 
@@ -177,7 +175,7 @@ def counted_delete(passages: Delete) -> Select[tuple[int]]:
     lexeme = func.unnest(func.array_append(func.tsvector_to_array(gone.c.tsv), literal(CORPUS)))
     each = select(gone.c.tenant_id, gone.c.agent_id, lexeme.label("lexeme")).subquery("each")
     keys = (each.c.tenant_id, each.c.agent_id, each.c.lexeme)
-    counts = select(*keys, func.count().label("n")).group_by(*keys).subquery("counts")
+    counts = select(*keys, func.count().label("n")).group_by(*keys).cte("counts")
     same_row = (
         PASSAGE_TERMS.c.tenant_id == counts.c.tenant_id,
         PASSAGE_TERMS.c.agent_id == counts.c.agent_id,

@@ -9,9 +9,9 @@ What `message_terms` (0019) is for messages: `passages` counts the agent's passa
 `lexeme`, and the row with the empty lexeme counts the passages. Before, an archival search
 by key words counted the agent's passages on every query, reading each one under the
 member's policy: 54 of its 64 ms at 100,000 passages. Written with each passage
-(`terms.list_passage`), taken back in the statement that deletes one
-(`terms.counted_delete`), counted again when memory is cleared; gone with the agent. The
-upgrade counts the passages there.
+(`terms.list_passage`), taken back in the statement that deletes passages
+(`terms.counted_delete`: one from the member's page, or all when memory is cleared); gone
+with the agent. The upgrade counts the passages there.
 
 Revision ID: 0024
 Revises: 0023
