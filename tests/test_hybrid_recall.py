@@ -205,3 +205,26 @@ async def test_archival_search_fuses_words_and_meaning(sessions):
         page = await archival_search(session, scope, query, embed_text(query, 16), 1, 5)
     assert page.pages >= 2 and page.total >= 10
     assert all("chess" in hit.text for hit in page.hits)
+
+
+async def test_the_nearest_vectors_leave_the_events_own_messages_out(
+    make_engine_for, sessions, fake
+):
+    """A member's message can be embedded before its turn runs (stored when acknowledged,
+    answered later): the turn's search must not find the question by its own vector."""
+    engine = make_engine_for(embeddings=True)
+    scope = await engine.agent("t", "u1", "Ana")
+    for line in ("my tulips are red", "the weather is grey", "what colour are my tulips?"):
+        await talk(engine, scope, line)
+    await embed_missing(sessions, engine.mind.embedder)
+    question = "what colour are my tulips?"
+    async with sessions() as session:
+        event = await session.scalar(
+            text("SELECT event_id FROM messages WHERE search_text = :q"), {"q": question}
+        )
+        vector = embed_text(question, 16)
+        found = await recall_search(session, scope, "hue", 1, 50, None, vector)
+        left_out = await recall_search(session, scope, "hue", 1, 50, event, vector)  # meaning
+    assert event is not None and question in [hit.text for hit in found.hits]
+    assert question not in [hit.text for hit in left_out.hits]
+    assert "my tulips are red" in [hit.text for hit in left_out.hits]

@@ -53,13 +53,13 @@ JOIN {words} w
 {skip}
 GROUP BY w.{id}, w.words
 """
-# A message index's {skip}: the messages of the event `:skip` left out.
-_SKIP_EVENT = """
-WHERE w.message_id <> ALL (ARRAY(
+# `{alias}.message_id` is not one of the messages of the event `:skip` (read once).
+NOT_OF_EVENT = """{alias}.message_id <> ALL (ARRAY(
     SELECT m.id FROM messages m
     WHERE m.tenant_id = :tenant AND m.event_id = :skip AND m.agent_id = :agent
-))
-"""
+))"""
+# A message index's {skip}: the messages of the event `:skip` left out.
+_SKIP_EVENT = "WHERE " + NOT_OF_EVENT.format(alias="w")
 
 _BEST_SQL = """
 SELECT id FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit

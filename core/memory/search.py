@@ -158,10 +158,11 @@ async def archival_search(
 # ---------------------------------------------------------------- fusion
 
 # The nearest rows by cosine distance. A message's vector is in `message_vectors` (migration
-# 0018), joined back for the same filter as the full text side; a passage's is in its row.
+# 0018), which only searchable messages have (0025), so it is read alone; a passage's is in
+# its row.
 _NEAREST_SQL = """
 SELECT {vector_id} AS id FROM {vectors}
-WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {filter}
+WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {vector_filter}
 ORDER BY v.embedding::halfvec({dim}) <=> CAST(:q AS halfvec({dim}))
 LIMIT :limit
 """
@@ -199,12 +200,12 @@ WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
 def _columns(table: str) -> dict[str, str]:
     if table == "messages":
         return {
-            "vectors": "message_vectors v JOIN messages r "
-            "ON r.tenant_id = v.tenant_id AND r.id = v.message_id",
+            "vectors": "message_vectors v",
             "vector_id": "v.message_id",
+            "vector_filter": "AND " + keywords.NOT_OF_EVENT.format(alias="v"),
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
         }
-    return {"vectors": "passages v", "vector_id": "v.id", "filter": ""}
+    return {"vectors": "passages v", "vector_id": "v.id", "vector_filter": "", "filter": ""}
 
 
 async def _hybrid_search(
