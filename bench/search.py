@@ -10,16 +10,17 @@ the product's own search functions (`core.memory.search`): `recall_search` with
 natural-language questions and a query vector (full text and HNSW fused, the turns next to
 the best hits ranked too), the same by key words only, `recall_by_date` over 1-7 day ranges,
 `archival_search` with words and a vector, with a vector alone (EXPLAIN shows whether
-`passages_embedding` is used) and by key words (embedding=None). Pages 1 and 3,
+`passage_vectors_embedding` is used) and by key words (embedding=None). Pages 1 and 3,
 --page-size results each, after --warmup other queries of the same kind (untimed: a fresh
 index is not yet in the buffer cache, an agent's index in use is). The query vector is
 given: the time to embed a query (about 2-15 ms with the local model, see bench/README.md)
 is not included.
 
-Bulk load: the secondary indexes of messages, message_vectors and passages are dropped;
+Bulk load: the secondary indexes of messages, passages and their vector tables are dropped;
 messages go in with COPY (text), their words are listed and counted into message_words and
 message_terms (core.memory.terms.REBUILD_ALL), their vectors (into message_vectors) and the
-passages go in with one INSERT ... SELECT each (vectors made by the server), the passages'
+passages with theirs (passage_vectors) go in with one INSERT ... SELECT each (vectors made
+by the server), the passages'
 words into passage_words and passage_terms (core.memory.terms.LIST_PASSAGES,
 COUNT_PASSAGES); then the same indexes are rebuilt from their saved definitions and timed,
 and the tables vacuumed and checkpointed (so that the first searches do not run while the
@@ -145,7 +146,9 @@ async def load(
     raw = await db.raw()
     try:
         await raw.execute(f"SET maintenance_work_mem = '{args.maintenance_work_mem}'")
-        saved = await drop_indexes(raw, ["messages", "message_vectors", "passages"])
+        saved = await drop_indexes(
+            raw, ["messages", "message_vectors", "passages", "passage_vectors"]
+        )
         owners = [target] * args.rows + spread(args.other_rows, others)
         records = message_records(owners, args.days, args.seed)
         await watch.time(
@@ -188,16 +191,20 @@ async def load(
             ),
         )
         await watch.time(
-            f"INSERT {len(staging):,} passages with random unit vectors ({args.dim} dims)",
+            f"INSERT {len(staging):,} passages and their random unit vectors ({args.dim} dims)",
             raw.execute(
                 """
-                INSERT INTO passages (tenant_id, agent_id, text, source, embedding, created_at)
-                SELECT s.tenant_id, s.agent_id, s.text, 'bench',
-                       l2_normalize(ARRAY(
-                           SELECT random_normal() FROM generate_series(1, $1) WHERE s.n >= 0
-                       )::vector),
-                       s.created_at
-                FROM staging s ORDER BY s.n
+                WITH added AS (
+                    INSERT INTO passages (tenant_id, agent_id, text, source, created_at)
+                    SELECT s.tenant_id, s.agent_id, s.text, 'bench', s.created_at
+                    FROM staging s ORDER BY s.n
+                    RETURNING tenant_id, agent_id, id
+                )
+                INSERT INTO passage_vectors (tenant_id, agent_id, passage_id, embedding)
+                SELECT a.tenant_id, a.agent_id, a.id, l2_normalize(ARRAY(
+                    SELECT random_normal() FROM generate_series(1, $1) WHERE a.id >= 0
+                )::vector)
+                FROM added a ORDER BY a.id
                 """,
                 args.dim,
             ),
@@ -209,8 +216,8 @@ async def load(
         for name, definition in saved:
             await watch.time(f"CREATE INDEX {name}", raw.execute(definition))
         tables = (
-            "messages, message_vectors, message_terms, message_words, passages, passage_words, "
-            "passage_terms"
+            "messages, message_vectors, message_terms, message_words, passages, passage_vectors, "
+            "passage_words, passage_terms"
         )
         vacuum = f"VACUUM ANALYZE {tables}"
         await watch.time(vacuum, raw.execute(vacuum))
@@ -413,10 +420,10 @@ async def main() -> None:
         print("\nSearch latency (ms)")
         print(table(["search", "page", "queries", "median", "p95", "mean", "median total"], rows))
 
-        used = any("passages_embedding" in line for line in vector_plan)
+        used = any("passage_vectors_embedding" in line for line in vector_plan)
         print(
             f"\nEXPLAIN ANALYZE of archival_search (embedding), page 1: HNSW index "
-            f"passages_embedding {'USED' if used else 'NOT used'}"
+            f"passage_vectors_embedding {'USED' if used else 'NOT used'}"
         )
         for line in vector_plan:
             print("    " + re.sub(r"'\[[^\]]{60,}\]'", f"'[{args.dim} numbers]'", line))

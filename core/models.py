@@ -10,7 +10,8 @@ classes here map rows by `id`, which stays unique on its own.
                               │     └─ message_vectors  a searchable message's embedding
                               ├─< message_terms  how many messages hold each word (ranking)
                               ├─< summaries     recursive summaries; the newest is FIFO slot 0
-                              ├─< passages      archival storage (pgvector + full text)
+                              ├─< passages      archival storage (full text)
+                              │     └─ passage_vectors  its embedding (pgvector)
                               ├─< events        inbound events, stored before any model call
                               ├─< outbox        replies waiting for delivery
                               └─< usage         tokens spent per day (budgets)
@@ -225,12 +226,24 @@ class Passage(Base):
     agent_id: Mapped[int] = _agent_fk()
     text: Mapped[str] = mapped_column(Text)
     source: Mapped[str | None] = mapped_column(String)
-    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("to_tsvector('english', text)", persisted=True)
     )
     created_at: Mapped[datetime] = mapped_column(TS)
     event_id: Mapped[int | None] = mapped_column(BigInteger)  # a shared file's event
+
+
+class PassageVector(Base):
+    """The embedding of a passage, beside it (migration 0026), as a message's is: the
+    passages heap stays narrow, and a member's vectors are read without their texts."""
+
+    __tablename__ = "passage_vectors"
+    passage_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("passages.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[int] = _tenant_fk()
+    agent_id: Mapped[int] = _agent_fk()
+    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
 
 
 class PassageWord(Base):

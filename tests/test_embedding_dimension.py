@@ -57,7 +57,7 @@ async def held(sessions) -> tuple[str, str, str]:
                 text(
                     "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
                     "WHERE attname = 'embedding' AND NOT attisdropped AND attrelid IN "
-                    "(CAST('message_vectors' AS regclass), CAST('passages' AS regclass)) "
+                    "(CAST('message_vectors' AS regclass), CAST('passage_vectors' AS regclass)) "
                     "ORDER BY attrelid"
                 )
             )

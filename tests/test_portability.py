@@ -23,7 +23,7 @@ from core.errors import BadExport, ImportConflict
 from core.events import EventKind, InboundEvent
 from core.members.portability import export_agent, import_agent, parse_export
 from core.memory.store import AgentStore
-from core.models import Message, Passage
+from core.models import Message, Passage, PassageVector
 from core.runtime.engine import Exchange
 from core.scope import enter_scope
 from tests.conftest import Run, cli_env, companion
@@ -263,7 +263,7 @@ async def test_functions_round_trip_passages_summary_and_timestamps(
         back = await export_agent(session, other)
         vectors = await session.scalar(
             select(func.count()).where(
-                Passage.agent_id == other.agent_id, Passage.embedding.is_not(None)
+                PassageVector.agent_id == other.agent_id, PassageVector.embedding.is_not(None)
             )
         )
 

@@ -58,7 +58,7 @@ async def chess_hits(sessions, scope, dim):
 async def state(sessions):
     async with sessions() as session:
         dims = await session.scalar(
-            text("SELECT array_agg(DISTINCT vector_dims(embedding)) FROM passages")
+            text("SELECT array_agg(DISTINCT vector_dims(embedding)) FROM passage_vectors")
         )
         held = await session.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
     return dims, held
@@ -105,7 +105,7 @@ async def test_reembed_missing_only_touches_passages_without_vectors(sessions):
     assert await reembed(sessions, Embedder(16), only_missing=True) == 1
     async with sessions() as session:
         missing = await session.scalar(
-            text("SELECT count(*) FROM passages WHERE embedding IS NULL")
+            text("SELECT count(*) FROM passage_vectors WHERE embedding IS NULL")
         )
     assert missing == 0
 

@@ -33,6 +33,7 @@ MEMBER_TABLES = [
     "message_vectors",
     "summaries",
     "passages",
+    "passage_vectors",
     "events",
     "outbox",
 ]

@@ -59,7 +59,7 @@ async def test_searches_by_meaning_use_the_vector_indexes(engine, sessions, dim)
         assert await adopt_dimension(sessions, dim)  # full precision's 2,000 for HNSW
     recall, archival = await plans_of(sessions, scope, dim)
     assert "message_vectors_embedding" in recall, recall
-    assert "passages_embedding" in archival, archival
+    assert "passage_vectors_embedding" in archival, archival
 
 
 _fresh = itertools.count()
@@ -80,6 +80,6 @@ async def test_a_new_database_for_a_3072_number_model_migrates_with_its_indexes(
         async with sessions() as session, session.begin():
             scope = await ensure_agent(session, "discord:1", "ann", EngineConfig())
         recall, archival = await plans_of(sessions, scope, 3072)
-        assert "message_vectors_embedding" in recall and "passages_embedding" in archival
+        assert "message_vectors_embedding" in recall and "passage_vectors_embedding" in archival
     finally:
         await wide.dispose()

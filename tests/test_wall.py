@@ -27,6 +27,7 @@ MEMBER_TABLES = [
     "message_words",
     "summaries",
     "passages",
+    "passage_vectors",
     "passage_terms",
     "passage_words",
     "events",

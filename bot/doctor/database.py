@@ -128,8 +128,8 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
 
 async def _holds_vectors(connection: AsyncConnection) -> bool:
     """Whether any message or passage has a vector (messages have none before 0012, and
-    keep them in `message_vectors` from 0018)."""
-    for table in ("message_vectors", "messages", "passages"):
+    keep them in `message_vectors` from 0018; passages in `passage_vectors` from 0026)."""
+    for table in ("message_vectors", "messages", "passage_vectors", "passages"):
         has_column = await connection.scalar(
             text(
                 "SELECT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = "

@@ -10,7 +10,7 @@ An operator command, not an agent action. Nothing is destroyed on a guess: the m
 asked first, and a new dimension is filled into a side column while the old vectors and
 their index keep serving searches; the swap (column, HNSW index, `meta`) is one
 transaction at the end. An interrupted run leaves the side column behind and the next run
-continues it. Passages hold their vectors; messages' are in `message_vectors` (`KINDS`).
+continues it. Vectors are beside their rows, in `passage_vectors` and `message_vectors` (`KINDS`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,14 @@ class Vectors:
 
 
 KINDS = (
-    Vectors("passages", "id", "passages v", "v.text", "passages_embedding", "passages_unembedded"),
+    Vectors(  # a passage's vector is beside it (migration 0026)
+        "passage_vectors",
+        "passage_id",
+        "passage_vectors v JOIN passages p ON p.tenant_id = v.tenant_id AND p.id = v.passage_id",
+        "p.text",
+        "passage_vectors_embedding",
+        "passage_vectors_missing",
+    ),
     Vectors(  # a searchable message's vector is beside it (migration 0018)
         "message_vectors",
         "message_id",

@@ -7,7 +7,8 @@
 
 A reply never waits for an embedding: the turn stores its messages without vectors (each
 searchable one with an empty `message_vectors` row) and commits, and the worker embeds them
-in batches afterwards. A message is stored before any
+in batches afterwards; a passage whose vector could not be made when it was stored waits
+the same way, in an empty `passage_vectors` row. A message is stored before any
 vector exists, so a crash only delays its embedding (the next pass, in any process, finds
 it); until then full text search finds it. One process embeds at a time (a Postgres
 advisory lock); the others skip the pass.
@@ -30,9 +31,10 @@ log = logging.getLogger(__name__)
 
 EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
 WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
-# What search reads, as stored for search: a message's vector waits in its `message_vectors`
-# row (migration 0018), a passage's in its own row. Each: the rows without a vector, by key,
-# with the text to embed; and the statement that stores one (a vector never overwritten).
+# What search reads, as stored for search: a vector waits in its row beside the message
+# (`message_vectors`, migration 0018) or the passage (`passage_vectors`, 0026). Each: the
+# rows without a vector, by key, with the text to embed; and the statement that stores one
+# (a vector never overwritten).
 WAITING = {
     "messages": (
         "SELECT v.message_id AS id, v.tenant_id, m.search_text AS text FROM message_vectors v "
@@ -42,10 +44,11 @@ WAITING = {
         "WHERE tenant_id = :tenant AND message_id = :id AND embedding IS NULL",
     ),
     "passages": (
-        "SELECT id, tenant_id, text FROM passages "
-        "WHERE embedding IS NULL AND id > :last ORDER BY id LIMIT :n",
-        "UPDATE passages SET embedding = CAST(:v AS vector) "
-        "WHERE tenant_id = :tenant AND id = :id AND embedding IS NULL",
+        "SELECT v.passage_id AS id, v.tenant_id, p.text FROM passage_vectors v "
+        "JOIN passages p ON p.tenant_id = v.tenant_id AND p.id = v.passage_id "
+        "WHERE v.embedding IS NULL AND v.passage_id > :last ORDER BY v.passage_id LIMIT :n",
+        "UPDATE passage_vectors SET embedding = CAST(:v AS vector) "
+        "WHERE tenant_id = :tenant AND passage_id = :id AND embedding IS NULL",
     ),
 }
 

@@ -157,9 +157,9 @@ async def archival_search(
 
 # ---------------------------------------------------------------- fusion
 
-# The nearest rows by cosine distance. A message's vector is in `message_vectors` (migration
-# 0018), which only searchable messages have (0025), so it is read alone; a passage's is in
-# its row.
+# The nearest rows by cosine distance, read from the vectors alone: a message's is in
+# `message_vectors` (migration 0018), which only searchable messages have (0025), a
+# passage's in `passage_vectors` (0026).
 _NEAREST_SQL = """
 SELECT {vector_id} AS id FROM {vectors}
 WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {vector_filter}
@@ -205,7 +205,12 @@ def _columns(table: str) -> dict[str, str]:
             "vector_filter": "AND " + keywords.NOT_OF_EVENT.format(alias="v"),
             "filter": "AND r.search_text IS NOT NULL AND coalesce(r.event_id, 0) <> :skip",
         }
-    return {"vectors": "passages v", "vector_id": "v.id", "vector_filter": "", "filter": ""}
+    return {
+        "vectors": "passage_vectors v",
+        "vector_id": "v.passage_id",
+        "vector_filter": "",
+        "filter": "",
+    }
 
 
 async def _hybrid_search(

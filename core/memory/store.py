@@ -36,6 +36,7 @@ from core.models import (
     MessageTerm,
     MessageWord,
     Passage,
+    PassageVector,
     Reply,
     Summary,
     Tenant,
@@ -263,11 +264,20 @@ class AgentStore:
             agent_id=self.scope.agent_id,
             text=text,
             source=source,
-            embedding=embedding,
             created_at=now,
             event_id=event_id,
         )
         self.session.add(passage)
+        await self.session.flush()
+        # Its vector beside it; without one yet, the embedding worker fills it after commit.
+        self.session.add(
+            PassageVector(
+                tenant_id=self.scope.tenant_id,
+                agent_id=self.scope.agent_id,
+                passage_id=passage.id,
+                embedding=embedding,
+            )
+        )
         await self.session.flush()
         await terms.list_passage(self.session, self.scope, passage.id)
         self.passages_added += 1
