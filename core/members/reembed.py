@@ -15,50 +15,21 @@ continues it. Vectors are beside their rows, in `passage_vectors` and `message_v
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import ConfigError, EmbeddingError, WrongDimension
-from core.memory.embeddings import EMBED_CHARS
+from core.memory.embeddings import (
+    MESSAGE_VECTORS,
+    PASSAGE_VECTORS,
+    Vectors,
+    stored,
+    texts,
+)
 from core.ports import Embedder, Progress
 
 SIDE_COLUMN = "embedding_next"
-
-
-@dataclass(frozen=True)
-class Vectors:
-    """Where one kind of row keeps its vectors (alias `v`), and what is embedded for it."""
-
-    table: str  # the table holding the `embedding` column
-    key: str  # the row's id in that table
-    rows: str  # FROM clause: the table as `v`, joined to where the text lives
-    text: str  # the text embedded
-    index: str  # the HNSW index on `embedding`
-    missing: str  # the partial index on rows waiting for a vector
-
-
-KINDS = (
-    Vectors(  # a passage's vector is beside it (migration 0026)
-        "passage_vectors",
-        "passage_id",
-        "passage_vectors v JOIN passages p ON p.tenant_id = v.tenant_id AND p.id = v.passage_id",
-        "p.text",
-        "passage_vectors_embedding",
-        "passage_vectors_missing",
-    ),
-    Vectors(  # a searchable message's vector is beside it (migration 0018)
-        "message_vectors",
-        "message_id",
-        "message_vectors v JOIN messages m ON m.tenant_id = v.tenant_id AND m.id = v.message_id",
-        "m.search_text",
-        "message_vectors_embedding",
-        "message_vectors_missing",
-    ),
-)
+KINDS = (PASSAGE_VECTORS, MESSAGE_VECTORS)  # re-embedded in this order
 
 
 def _quiet(done: int, total: int) -> None:
@@ -116,45 +87,16 @@ async def _fill(
         while True:
             async with sessions() as session, session.begin():
                 rows = (
-                    await session.execute(
-                        text(
-                            f"SELECT v.{kind.key} AS id, v.tenant_id, {kind.text} AS text "
-                            f"FROM {kind.rows} WHERE v.{kind.key} > :last AND {where} "
-                            f"ORDER BY v.{kind.key} LIMIT :n"
-                        ),
-                        {"last": last_id, "n": batch},
-                    )
+                    await session.execute(text(kind.batch(where)), {"last": last_id, "n": batch})
                 ).all()
                 if not rows:
                     break
-                await _store(session, kind, column, rows, await embedder.embed(_texts(rows)))
+                vectors = await embedder.embed(texts(rows))
+                await session.execute(text(kind.store(column)), stored(rows, vectors))
             done += len(rows)
             last_id = rows[-1].id
             progress(done, total)
     return done
-
-
-def _texts(rows: Sequence[Any]) -> list[str]:
-    return [row.text[:EMBED_CHARS] for row in rows]
-
-
-async def _store(
-    session: AsyncSession,
-    kind: Vectors,
-    column: str,
-    rows: Sequence[Any],
-    vectors: list[list[float]],
-) -> None:
-    await session.execute(
-        text(
-            f"UPDATE {kind.table} SET {column} = CAST(:v AS vector) "
-            f"WHERE tenant_id = :tenant AND {kind.key} = :id"
-        ),
-        [
-            {"id": row.id, "tenant": row.tenant_id, "v": str(list(v))}
-            for row, v in zip(rows, vectors, strict=True)
-        ],
-    )
 
 
 async def reembed(
@@ -196,7 +138,8 @@ async def change_dimension(
                 )
             ).all()
             if rows:
-                await _store(session, kind, SIDE_COLUMN, rows, await embedder.embed(_texts(rows)))
+                vectors = await embedder.embed(texts(rows))
+                await session.execute(text(kind.store(SIDE_COLUMN)), stored(rows, vectors))
                 count += len(rows)
         for kind in KINDS:
             await _swap(session, kind, dim)

@@ -4,6 +4,9 @@
     EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
                                         at start (the catch-up), when `wake()` is called after
                                         a turn commits, and every `interval` seconds
+    MESSAGE_VECTORS, PASSAGE_VECTORS    where each kind keeps its vectors (`Vectors`): the
+                                        statements that read a batch and store a vector,
+                                        shared with `companion reembed`
 
 A reply never waits for an embedding: the turn stores its messages without vectors (each
 searchable one with an empty `message_vectors` row) and commits, and the worker embeds them
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -31,26 +36,65 @@ log = logging.getLogger(__name__)
 
 EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
 WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
-# What search reads, as stored for search: a vector waits in its row beside the message
-# (`message_vectors`, migration 0018) or the passage (`passage_vectors`, 0026). Each: the
-# rows without a vector, by key, with the text to embed; and the statement that stores one
-# (a vector never overwritten).
-WAITING = {
-    "messages": (
-        "SELECT v.message_id AS id, v.tenant_id, m.search_text AS text FROM message_vectors v "
-        "JOIN messages m ON m.tenant_id = v.tenant_id AND m.id = v.message_id "
-        "WHERE v.embedding IS NULL AND v.message_id > :last ORDER BY v.message_id LIMIT :n",
-        "UPDATE message_vectors SET embedding = CAST(:v AS vector) "
-        "WHERE tenant_id = :tenant AND message_id = :id AND embedding IS NULL",
-    ),
-    "passages": (
-        "SELECT v.passage_id AS id, v.tenant_id, p.text FROM passage_vectors v "
-        "JOIN passages p ON p.tenant_id = v.tenant_id AND p.id = v.passage_id "
-        "WHERE v.embedding IS NULL AND v.passage_id > :last ORDER BY v.passage_id LIMIT :n",
-        "UPDATE passage_vectors SET embedding = CAST(:v AS vector) "
-        "WHERE tenant_id = :tenant AND passage_id = :id AND embedding IS NULL",
-    ),
-}
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """Where one kind of row keeps its vectors, beside the row (alias `v`; migrations 0018
+    and 0026), and what is embedded for it."""
+
+    table: str  # the table holding the `embedding` column
+    key: str  # the row's id in that table
+    rows: str  # FROM clause: the table as `v`, joined to where the text lives
+    text: str  # the text embedded
+    index: str  # the HNSW index on `embedding`
+    missing: str  # the partial index on rows waiting for a vector
+
+    def batch(self, where: str) -> str:
+        """The next `:n` rows matching `where` after key `:last`, in key order: id,
+        tenant_id, text."""
+        return (
+            f"SELECT v.{self.key} AS id, v.tenant_id, {self.text} AS text FROM {self.rows} "
+            f"WHERE v.{self.key} > :last AND {where} ORDER BY v.{self.key} LIMIT :n"
+        )
+
+    def store(self, column: str = "embedding") -> str:
+        """Sets `column` of one row (`stored` gives the parameters)."""
+        return (
+            f"UPDATE {self.table} SET {column} = CAST(:v AS vector) "
+            f"WHERE tenant_id = :tenant AND {self.key} = :id"
+        )
+
+
+MESSAGE_VECTORS = Vectors(  # a searchable message's vector (migration 0018)
+    "message_vectors",
+    "message_id",
+    "message_vectors v JOIN messages m ON m.tenant_id = v.tenant_id AND m.id = v.message_id",
+    "m.search_text",
+    "message_vectors_embedding",
+    "message_vectors_missing",
+)
+PASSAGE_VECTORS = Vectors(  # a passage's vector (migration 0026)
+    "passage_vectors",
+    "passage_id",
+    "passage_vectors v JOIN passages p ON p.tenant_id = v.tenant_id AND p.id = v.passage_id",
+    "p.text",
+    "passage_vectors_embedding",
+    "passage_vectors_missing",
+)
+
+
+def texts(rows: Sequence[Any]) -> list[str]:
+    """What is embedded for each row of a `batch`."""
+    return [row.text[:EMBED_CHARS] for row in rows]
+
+
+def stored(rows: Sequence[Any], vectors: list[list[float]]) -> list[dict[str, Any]]:
+    """The parameters of `store` for each row of a `batch` and its vector."""
+    return [
+        {"id": row.id, "tenant": row.tenant_id, "v": str(list(vector))}
+        for row, vector in zip(rows, vectors, strict=True)
+    ]
 
 
 async def embed_missing(
@@ -58,7 +102,9 @@ async def embed_missing(
 ) -> int:
     """Embed every message and passage that has no vector yet; returns how many."""
     done = 0
-    for waiting, store in WAITING.values():
+    for kind in (MESSAGE_VECTORS, PASSAGE_VECTORS):  # what a turn searches first, first
+        waiting = kind.batch("v.embedding IS NULL")
+        store = kind.store() + " AND embedding IS NULL"  # a vector is never overwritten
         last_id = 0
         while True:
             async with sessions() as session:
@@ -66,15 +112,9 @@ async def embed_missing(
             if not rows:
                 break
             # No transaction is open while the model works: turns never wait on these rows.
-            vectors = await embedder.embed([row.text[:EMBED_CHARS] for row in rows])
+            vectors = await embedder.embed(texts(rows))
             async with sessions() as session, session.begin():
-                await session.execute(
-                    text(store),
-                    [
-                        {"id": r.id, "tenant": r.tenant_id, "v": str(list(v))}
-                        for r, v in zip(rows, vectors, strict=True)
-                    ],
-                )
+                await session.execute(text(store), stored(rows, vectors))
             done += len(rows)
             last_id = rows[-1].id
             if len(rows) < batch:  # that was all; a row committed since wakes another pass
