@@ -34,9 +34,17 @@ TENANT = "slack:TFAULT"  # not "local": the redelivery sweep only serves platfor
 USER = "U1"
 
 
+def write_mark(point: str) -> None:
+    """Write the mark whole, then give it its name: a test that sees the file can read it."""
+    mark = Path(os.environ["FAULT_MARK"])
+    partial = mark.with_name(mark.name + ".partial")
+    partial.write_text(point)
+    partial.replace(mark)
+
+
 async def pause(point: str) -> None:
     if os.environ.get("FAULT_PAUSE") == point:
-        await asyncio.to_thread(Path(os.environ["FAULT_MARK"]).write_text, point)
+        await asyncio.to_thread(write_mark, point)
         await asyncio.sleep(3600)  # until SIGKILL
         raise SystemExit(f"fault_driver: nobody killed me at {point!r}")
 
