@@ -16,39 +16,19 @@
     companion eval TASK --data PATH [--judge-model M] [--output FILE]
 
 Errors a person can fix are one line on stderr and exit status 2, never a traceback.
+
+This module is the command line's words alone: `--help`, `--version` and a wrong argument
+are answered before the model client, the database layer or the embedder is imported. What
+each command does is `bot.commands`.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import getpass
-import json
-import logging
-import os
 import sys
-from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy.exc import DBAPIError
-
-from bot.app import App, open_app
-from bot.chat import run_chat
-from bot.doctor import run_doctor
-from bot.eval.runner import add_parser as add_eval_parser
-from bot.eval.runner import run_eval
-from bot.observability import configure_logging, log_options, redact
-from bot.operator import erase_tenant, list_openers, parse_now, run_tick
-from bot.progress import Progress
-from bot.run import run
-from bot.settings import Settings
-from bot.usage import usage_report
-from bot.web.serve import serve_web
-from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
-from core.members.portability import parse_export
-from core.members.reembed import change_dimension, reembed
 
 EPILOG = """\
 The model and database come from the environment (OPENAI_API_KEY or OPENAI_BASE_URL,
@@ -145,248 +125,45 @@ def _parser() -> argparse.ArgumentParser:
     )
     reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
     reembed_cmd.add_argument("--missing", action="store_true", help="only rows without one")
-    add_eval_parser(commands)
+    _eval_parser(commands)
     return parser
 
 
-async def _chat(app: App, args: argparse.Namespace) -> int:
-    user = args.user or getpass.getuser()
-    await run_chat(app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout)
-    return 0
+EVAL_TASKS = ("locomo-recall", "locomo-qa", "dmr", "nested-kv", "openers")
 
 
-def _operator() -> str:
-    """Who runs this command, as the audit log names them."""
-    return f"operator {getpass.getuser()}"
-
-
-async def _export(app: App, args: argparse.Namespace) -> int:
-    doc = await app.members.admin_export(args.tenant, _operator(), args.user)
-    if doc is None:
-        raise AgentNotFound(args.tenant, args.user)
-    text = json.dumps(doc, ensure_ascii=False, indent=2)
-    if args.output:
-        try:
-            await asyncio.to_thread(Path(args.output).write_text, text + "\n", encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"cannot write {args.output}: {error.strerror}") from None
-        print(
-            f"exported {len(doc['messages'])} messages, {len(doc['passages'])} passages "
-            f"to {args.output}",
-            file=sys.stderr,
-        )
-    else:
-        print(text)
-    return 0
-
-
-def _read_export(path: str) -> Any:
+def _levels(text: str) -> list[int]:
     try:
-        raw = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        return json.loads(raw)
-    except OSError as error:
-        raise BadExport(f"cannot read {path}: {error.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BadExport(f"{path} is not valid JSON: {error}") from None
-    except (RecursionError, ValueError):
-        raise BadExport(
-            f"{path} is not JSON I can read: nested too deeply or numbers too large"
-        ) from None
+        return [int(level) for level in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
 
 
-async def _import(app: App, args: argparse.Namespace) -> int:
-    export = parse_export(_read_export(args.file))  # checked whole before anything is written
-    tenant = args.tenant or export.tenant
-    user = args.user or export.user
-    if not tenant or not user:
-        raise ConfigError("the export names no tenant or user; pass --tenant and --user")
-    counts = await app.members.admin_import(
-        tenant, _operator(), user, export, args.replace, Progress("importing")
+def _eval_parser(commands: Any) -> None:
+    cmd = commands.add_parser(
+        "eval",
+        help="measure memory on the MemGPT paper's tasks (a throwaway schema; JSON report)",
+        description="`companion eval TASK`: one task against the configured endpoint, in a "
+        "throwaway schema.",
     )
-    print(
-        f"imported {counts['messages']} messages, {counts['passages']} passages and "
-        f"{counts['blocks']} blocks into {user}@{tenant}",
-        file=sys.stderr,
+    cmd.add_argument("task", choices=EVAL_TASKS)
+    cmd.add_argument("--data", type=Path, required=True, help="LoCoMo JSON file, or nested_kv/")
+    cmd.add_argument("--conversations", help='LoCoMo conversations by position: "0-4", "5,7"')
+    cmd.add_argument("--limit", type=int, help="questions per conversation / samples per level")
+    cmd.add_argument("--sessions", type=int, help="dmr: sessions imported (5); openers: (3)")
+    cmd.add_argument(
+        "--levels", type=_levels, default="1,2,3,4,5,6", help="nested-kv nesting levels"
     )
-    return 0
-
-
-async def _reset(app: App, args: argparse.Namespace) -> int:
-    if await app.members.view(args.tenant, args.user) is None:
-        print(f"nothing to reset: no agent for {args.user}@{args.tenant}", file=sys.stderr)
-        return 0
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("reset erases memory for good: pass --yes to confirm")
-        question = f"Erase ALL memory of {args.user} in {args.tenant}? Type yes: "
-        if (await asyncio.to_thread(input, question)).strip().lower() != "yes":
-            print("not reset", file=sys.stderr)
-            return 1
-    await app.members.admin_reset(args.tenant, _operator(), args.user)
-    print(f"erased all memory of {args.user}@{args.tenant}", file=sys.stderr)
-    return 0
-
-
-async def _tenant(app: App, args: argparse.Namespace) -> int:
-    return await erase_tenant(app, args.tenant, args.yes, _operator())
-
-
-async def _reembed(app: App, args: argparse.Namespace) -> int:
-    if app.embedder is None:
-        raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
-    wanted, held = app.settings.embedding_dim, app.embedding_dim
-    progress = Progress("re-embedding passages and messages")
-    if args.dim and args.dim != held:
-        if args.dim != wanted:
-            if app.settings.embedding_model is None:
-                raise ConfigError(
-                    f"the local embedding model gives {wanted} dimensions, not {args.dim}; "
-                    "set COMPANION_EMBEDDING_MODEL for an endpoint model of another size"
-                )
-            raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
-        count = await change_dimension(app.sessions, app.embedder, args.dim, progress=progress)
-        print(
-            f"re-embedded {count} passages and messages at {args.dim} dimensions", file=sys.stderr
-        )
-        return 0
-    if wanted != held:
-        raise ConfigError(
-            f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
-            f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
-        )
-    count = await reembed(app.sessions, app.embedder, only_missing=args.missing, progress=progress)
-    print(f"re-embedded {count} passages and messages", file=sys.stderr)
-    return 0
-
-
-async def _openers(app: App, args: argparse.Namespace) -> int:
-    lines = await list_openers(app, args.due, parse_now(args.now))
-    print("\n".join(lines) if lines else "no openers scheduled")
-    return 0
-
-
-async def _tick(app: App, args: argparse.Namespace) -> int:
-    print(await run_tick(app, app.engine.clock()))
-    return 0
-
-
-async def _usage(app: App, args: argparse.Namespace) -> int:
-    print("\n".join(await usage_report(app, args.tenant, args.days, app.engine.clock())))
-    return 0
-
-
-async def _serve(app: App, args: argparse.Namespace) -> int:
-    return await run(app)
-
-
-async def _web(app: App, args: argparse.Namespace) -> int:
-    return await serve_web(app)
-
-
-async def _link(app: App, args: argparse.Namespace) -> int:
-    if args.admin:
-        url = await app.access.link(args.tenant, None, _operator())
-        whom = f"an admin of {args.tenant}"
-    else:
-        url = await app.access.link(args.tenant, args.user, args.user)
-        whom = f"{args.user}@{args.tenant}"
-        if await app.members.profile(args.tenant, args.user) is None:
-            print(f"note: no memory of {whom} yet", file=sys.stderr)
-    print(url)
-    print(
-        f"signs in {whom} once, within {app.settings.link_minutes} minutes; don't share it",
-        file=sys.stderr,
-    )
-    return 0
-
-
-COMMANDS = {
-    "chat": _chat,
-    "run": _serve,
-    "web": _web,
-    "link": _link,
-    "openers": _openers,
-    "tick": _tick,
-    "export": _export,
-    "import": _import,
-    "reset": _reset,
-    "tenant": _tenant,
-    "reembed": _reembed,
-    "usage": _usage,
-}
-
-
-async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    need_model = args.command in ("chat", "run", "tick")
-    if args.command == "run":
-        settings.require_platform()
-    if args.command == "chat":  # the rate limit guards a community, not its operator
-        settings = replace(settings, rate_limit=None)
-    if args.command == "chat" and sys.stdin.isatty() and sys.stdout.isatty():
-        # The embedded database can take a few seconds to start the first time.
-        sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
-        sys.stdout.flush()
-    clock = None
-    if args.command == "tick" and args.now:
-        moment = parse_now(args.now)
-        clock = lambda: moment  # noqa: E731  (the whole pass happens "at" that moment)
-    async with open_app(
-        settings,
-        need_model=need_model,
-        check_dimension=args.command != "reembed",
-        clock=clock,
-    ) as app:
-        return await COMMANDS[args.command](app, args)
+    cmd.add_argument("--judge-model", help="the judging model (default: COMPANION_MODEL)")
+    cmd.add_argument("--output", type=Path, help="the JSON report (default eval-TASK.json)")
+    cmd.add_argument("--keep", action="store_true", help="keep the schema afterwards")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "doctor":
-        return _doctor()
-    try:
-        configure_logging(*log_options(os.environ, args.command))
-        settings = Settings.from_env(os.environ)
-        if args.command == "eval":
-            return asyncio.run(run_eval(settings, args))
-        return asyncio.run(_run(args, settings))
-    except CompanionError as error:
-        print(f"companion: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except Exception as error:
-        if args.debug:
-            raise
-        print(f"companion: {failure_line(error)}", file=sys.stderr)
-        return 1
+    from bot.commands import execute  # what the words mean: the heavy imports start here
 
-
-def failure_line(error: BaseException) -> str:
-    """An unexpected failure as one line: what happened, and how to see more."""
-    if isinstance(error, DBAPIError | OSError):
-        cause = getattr(error, "orig", None) or error
-        words = str(cause).strip().splitlines()
-        what = f"{type(cause).__name__}: {words[0] if words else 'no details'}"
-        return redact(
-            f"the database failed ({what}); is it running, and is DATABASE_URL right? "
-            "`companion doctor` checks it"
-        )
-    return redact(
-        f"unexpected {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        " (run with --debug for the traceback)"
-    )
-
-
-def _doctor() -> int:
-    """Every finding is a line on stdout (bad log settings too); exit 0 or 1."""
-    try:
-        configure_logging(*log_options(os.environ, "doctor"))
-    except ConfigError:
-        configure_logging(logging.WARNING, json=False)
-    try:
-        return asyncio.run(run_doctor(os.environ, sys.stdout))
-    except KeyboardInterrupt:
-        return 130
+    return execute(args)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import text
 
@@ -39,25 +38,6 @@ from bot.progress import Progress
 from bot.settings import Settings
 from core.errors import ConfigError
 from core.llm import OpenAIChat
-
-TASKS = ("locomo-recall", "locomo-qa", "dmr", "nested-kv", "openers")
-
-
-def add_parser(commands: Any) -> None:
-    cmd = commands.add_parser(
-        "eval",
-        help="measure memory on the MemGPT paper's tasks (a throwaway schema; JSON report)",
-        description=__doc__.split("\n\n")[0],
-    )
-    cmd.add_argument("task", choices=TASKS)
-    cmd.add_argument("--data", type=Path, required=True, help="LoCoMo JSON file, or nested_kv/")
-    cmd.add_argument("--conversations", help='LoCoMo conversations by position: "0-4", "5,7"')
-    cmd.add_argument("--limit", type=int, help="questions per conversation / samples per level")
-    cmd.add_argument("--sessions", type=int, help="dmr: sessions imported (5); openers: (3)")
-    cmd.add_argument("--levels", default="1,2,3,4,5,6", help="nested-kv nesting levels")
-    cmd.add_argument("--judge-model", help="the judging model (default: COMPANION_MODEL)")
-    cmd.add_argument("--output", type=Path, help="the JSON report (default eval-TASK.json)")
-    cmd.add_argument("--keep", action="store_true", help="keep the schema afterwards")
 
 
 async def run_eval(settings: Settings, args: argparse.Namespace) -> int:
@@ -116,9 +96,8 @@ async def _run(app: App, args: argparse.Namespace) -> Report:
             raise ConfigError(
                 f"nested-kv reads a folder of the paper's files; {args.data} is not one"
             )
-        levels = [int(level) for level in args.levels.split(",")]
         return await nested_kv(
-            app.sessions, app.engine, args.data, levels, args.limit or 100, progress
+            app.sessions, app.engine, args.data, args.levels, args.limit or 100, progress
         )
     samples = read_samples(args.data, args.conversations)
     if args.task == "locomo-recall":

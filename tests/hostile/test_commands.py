@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,12 +60,13 @@ async def run_main(monkeypatch, capsys, argv: list[str], env: dict[str, str]) ->
 
     An exception out of `main` is what a person would see as a traceback."""
     import bot.cli
+    import bot.commands
 
     for name in [n for n in os.environ if n.startswith(("COMPANION_", "OPENAI_", "DATABASE"))]:
         monkeypatch.delenv(name)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(bot.cli, "configure_logging", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(bot.commands, "configure_logging", lambda *a, **k: None)
     capsys.readouterr()
     crash = ""
     try:
@@ -87,6 +89,7 @@ PARSE_ERRORS = {
     "reembed-dim-not-a-number": ["reembed", "--dim", "lots"],
     "openers-without-action": ["openers"],
     "openers-unknown-action": ["openers", "delete-all"],
+    "eval-levels-not-numbers": ["eval", "nested-kv", "--data", "kv", "--levels", "1,two"],
 }
 
 
@@ -96,6 +99,32 @@ async def test_cli_wrong_arguments(monkeypatch, capsys, argv):
     assert run.code == 2 and run.out == ""
     assert "Traceback" not in run.err
     assert run.err.strip().splitlines()[-1].startswith("companion") and "error:" in run.err
+
+
+HEAVY = ("openai", "sqlalchemy", "alembic", "onnxruntime", "discord", "slack_bolt")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["export", "--tenant", "club"]])
+async def test_the_words_alone_are_answered_before_anything_heavy_is_imported(argv):
+    """`companion --help` and a wrong argument answer at once: no model client, database
+    layer or embedder is imported to print them (they took 1.3 s when they were)."""
+    probe = (
+        "import sys, bot.cli\n"
+        "try:\n    bot.cli.main(sys.argv[1:])\n"
+        "except SystemExit:\n    pass\n"
+        f"print('imported:', *sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        probe,
+        *argv,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert out.decode().splitlines()[-1] == "imported:", err.decode()
 
 
 @dataclass(frozen=True)
