@@ -30,6 +30,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from hypothesis import settings
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -44,6 +45,13 @@ from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 _schemas = itertools.count()
+
+# The property tests are seeded campaigns: the same examples on every run, so a red run
+# means a change, not a draw; no per-example deadline (a loaded 2-core machine stalls).
+# HYPOTHESIS_PROFILE=explore draws new examples each run, to look for new failures.
+settings.register_profile("seeded", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "seeded"))
 
 
 @pytest.fixture(scope="session")

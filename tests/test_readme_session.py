@@ -63,17 +63,20 @@ async def test_the_readme_session_is_what_chat_prints(fake, pg_url, schema):
     )
     os.close(secondary)
     seen = bytearray()
+    reading: asyncio.Future[bytes] | None = None  # one read at a time: a late one keeps its text
 
     async def read_until(marker: str, times: int = 1, within: float = 30.0) -> None:
+        nonlocal reading
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while ANSI.sub("", seen.decode(errors="replace")).count(marker) < times:
-            assert loop.time() < deadline, seen.decode(errors="replace")
-            try:
-                chunk = await asyncio.wait_for(loop.run_in_executor(None, os.read, main, 4096), 5)
-            except TimeoutError:
-                continue
-            seen.extend(chunk)
+            left = deadline - loop.time()
+            assert left > 0, seen.decode(errors="replace")
+            reading = reading or loop.run_in_executor(None, os.read, main, 4096)
+            done, _ = await asyncio.wait({reading}, timeout=left)
+            if done:
+                seen.extend(reading.result())
+                reading = None
 
     try:
         await read_until("you> ")

@@ -64,13 +64,15 @@ async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, sch
             }
             body = json.dumps(slack_envelope(event))
             async with aiohttp.ClientSession() as http:
-                for _ in range(100):  # until the server listens
+                for _ in range(600):  # until the server listens (a minute, for a loaded machine)
                     try:
                         async with http.post(url, data=body, headers=signed(body, "secret")) as r:
                             assert r.status == 200
                             break
                     except aiohttp.ClientConnectionError:
                         await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError("companion run never listened on its HTTP port")
                 async with http.post(url, data=body, headers=signed(body, "forged")) as r:
                     assert r.status == 401
             assert await wait_for(lambda: api.called("chat.postMessage"))

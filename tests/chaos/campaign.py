@@ -204,9 +204,13 @@ class Campaign:
             if n:
                 gen = await procs.start(f"run{n + 1}")
             burst = self.plan.kill_bursts.get(n, []) if kill else []
+            # The first two ends happen however slowly the processes start on a loaded
+            # machine: without them the campaign would have tried nothing.
+            must = n < 2
             left = self.t0 + self.knobs.seconds - time.monotonic()
-            await asyncio.sleep(max(0.0, min(seconds - (0.4 if burst else 0.0), left)))
-            if time.monotonic() - self.t0 >= self.knobs.seconds:
+            wait = seconds if must else min(seconds, left)
+            await asyncio.sleep(max(0.0, wait - (0.4 if burst else 0.0)))
+            if not must and time.monotonic() - self.t0 >= self.knobs.seconds:
                 return gen
             for item in burst:
                 item.at = time.monotonic() - self.t0
