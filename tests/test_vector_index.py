@@ -83,3 +83,27 @@ async def test_a_new_database_for_a_3072_number_model_migrates_with_its_indexes(
         assert "message_vectors_embedding" in recall and "passage_vectors_embedding" in archival
     finally:
         await wide.dispose()
+
+
+async def test_a_search_run_again_and_again_is_planned_for_its_own_vector(engine, sessions):
+    """The statements are prepared once per connection and run again and again. After five
+    runs Postgres may plan a statement once for any values (a generic plan), and for the
+    nearest rows that plan sorts all of the member's vectors instead of walking the index:
+    4.5 s instead of 25 ms at 1536 dimensions and 30k passages. Each search is planned for
+    its own vector."""
+    scope = await engine.agent("discord:1", "ann")
+    async with sessions() as session, session.begin():
+        for turn in range(8):
+            vector = [float(turn + 1)] + [1.0] * 15
+            await recall_search(session, scope, "lemon cake", 1, 5, None, vector)
+            await archival_search(session, scope, "lemon cake", vector, 1, 5)
+        plans = (
+            await session.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%<=>%' AND statement NOT LIKE '%generic_plans%'"
+                )
+            )
+        ).all()
+    assert len(plans) == 2, plans  # the nearest messages, the nearest passages
+    assert all(generic == 0 and custom == 8 for generic, custom in plans), plans
