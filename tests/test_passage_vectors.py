@@ -77,6 +77,21 @@ async def test_forget_me_takes_the_members_passage_vectors_and_keeps_everyone_el
         assert await session.scalar(text("SELECT count(*) FROM passage_vectors")) == 1
 
 
+async def planner_knows(pg_url: str, schema: str, table: str) -> list[str]:
+    """The columns of `table` the planner has statistics for (read as the superuser: the
+    wall hides them from the app's role)."""
+    admin = make_engine(pg_url)
+    try:
+        async with admin.connect() as connection:
+            names = await connection.scalars(
+                text("SELECT attname FROM pg_stats WHERE schemaname = :s AND tablename = :t"),
+                {"s": schema, "t": table},
+            )
+            return sorted(names)
+    finally:
+        await admin.dispose()
+
+
 async def test_the_migration_moves_every_passage_vector_and_the_downgrade_puts_them_back(
     pg_url,
 ):
@@ -110,6 +125,7 @@ async def test_the_migration_moves_every_passage_vector_and_the_downgrade_puts_t
                 {"s": schema},
             )
         assert column == 0
+        assert "agent_id" in await planner_knows(pg_url, schema, "passage_vectors")
         assert (await found_by_meaning(sessions, scope, NOTES[1]))[0] == NOTES[1]
         assert await embed_missing(sessions, BagOfWords()) == 1  # the one still waiting
 

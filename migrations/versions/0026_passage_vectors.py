@@ -95,6 +95,9 @@ def upgrade() -> None:
     # A dropped column's values stay in every row (and in TOAST) until the row is written again.
     op.execute("CLUSTER passages USING passages_pkey")
     op.execute("ALTER TABLE passages SET WITHOUT CLUSTER")
+    # Statistics now, not when autovacuum comes by: without them the planner takes a member's
+    # 100,000 vectors for one row and sorts them all (107 ms instead of 10 for archival search).
+    op.execute("ANALYZE passage_vectors")
 
 
 def downgrade() -> None:
