@@ -184,7 +184,7 @@ async def load(
                 INSERT INTO message_vectors (tenant_id, agent_id, message_id, embedding)
                 SELECT m.tenant_id, m.agent_id, m.id, l2_normalize(ARRAY(
                     SELECT random_normal() FROM generate_series(1, $1) WHERE m.id >= 0
-                )::vector)
+                )::vector)::halfvec
                 FROM messages m ORDER BY m.id
                 """,
                 args.dim,
@@ -203,7 +203,7 @@ async def load(
                 INSERT INTO passage_vectors (tenant_id, agent_id, passage_id, embedding)
                 SELECT a.tenant_id, a.agent_id, a.id, l2_normalize(ARRAY(
                     SELECT random_normal() FROM generate_series(1, $1) WHERE a.id >= 0
-                )::vector)
+                )::vector)::halfvec
                 FROM added a ORDER BY a.id
                 """,
                 args.dim,

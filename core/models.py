@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
+from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -176,7 +176,7 @@ class MessageVector(Base):
     )
     tenant_id: Mapped[int] = _tenant_fk()
     agent_id: Mapped[int] = _agent_fk()
-    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
+    embedding: Mapped[Any] = mapped_column(HALFVEC(), nullable=True)
 
 
 class MessageTerm(Base):
@@ -243,7 +243,7 @@ class PassageVector(Base):
     )
     tenant_id: Mapped[int] = _tenant_fk()
     agent_id: Mapped[int] = _agent_fk()
-    embedding: Mapped[Any] = mapped_column(Vector(), nullable=True)
+    embedding: Mapped[Any] = mapped_column(HALFVEC(), nullable=True)
 
 
 class PassageWord(Base):

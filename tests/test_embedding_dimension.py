@@ -91,7 +91,7 @@ async def test_a_database_without_vectors_takes_the_local_size_at_start(
     async with open_app(settings) as app:
         assert isinstance(app.embedder, LocalEmbedder)
         assert app.embedding_dim == 384
-    assert await held(sessions) == ("384", "vector(384)", "vector(384)")
+    assert await held(sessions) == ("384", "halfvec(384)", "halfvec(384)")
 
 
 async def test_vectors_of_another_size_are_refused_with_the_command_that_fixes_it(
@@ -111,7 +111,7 @@ async def test_vectors_of_another_size_are_refused_with_the_command_that_fixes_i
     assert "COMPANION_EMBEDDING_DIM=16" in str(refused.value)
     async with open_app(local, need_model=False) as app:  # export, import, reset still work
         assert app.embedder is None
-    assert await held(sessions) == ("16", "vector(16)", "vector(16)")  # nothing changed
+    assert await held(sessions) == ("16", "halfvec(16)", "halfvec(16)")  # nothing changed
 
 
 async def test_none_means_full_text_only(fake, pg_url, schema):
@@ -124,7 +124,7 @@ async def test_a_new_size_covers_messages_and_search_keeps_working(sessions):
     await stored_message(sessions, embed_text("tea with lemon", 16))
     await stored_message(sessions, None)
     assert await change_dimension(sessions, BagOfWords(24), 24) == 2  # with or without one
-    assert await held(sessions) == ("24", "vector(24)", "vector(24)")
+    assert await held(sessions) == ("24", "halfvec(24)", "halfvec(24)")
     async with sessions() as session:
         scope = await ensure_agent(session, "t", "u", EngineConfig())
         page = await recall_search(session, scope, "lemon", 1, 5, None, embed_text("lemon", 24))

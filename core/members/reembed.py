@@ -177,10 +177,14 @@ async def _side_column(session: AsyncSession, table: str, dim: int) -> None:
         ),
         {"table": table, "name": SIDE_COLUMN},
     )
-    if side != f"vector({dim})":  # absent, or left by a run for another size
+    if side != f"halfvec({dim})":  # absent, or left by a run for another size or type
         await session.execute(text(f"ALTER TABLE {table} DROP COLUMN IF EXISTS {SIDE_COLUMN}"))
         await session.execute(
-            text(f"ALTER TABLE {table} ADD COLUMN {SIDE_COLUMN} vector({int(dim)})")
+            text(f"ALTER TABLE {table} ADD COLUMN {SIDE_COLUMN} halfvec({int(dim)})")
+        )
+        # In the row, as migration 0027 keeps `embedding` (the rename keeps it so).
+        await session.execute(
+            text(f"ALTER TABLE {table} ALTER COLUMN {SIDE_COLUMN} SET STORAGE MAIN")
         )
 
 
@@ -190,9 +194,8 @@ async def _swap(session: AsyncSession, kind: Vectors, dim: int) -> None:
         f"DROP INDEX IF EXISTS {kind.index}",
         f"ALTER TABLE {table} DROP COLUMN embedding",  # the partial index goes with it
         f"ALTER TABLE {table} RENAME COLUMN {SIDE_COLUMN} TO embedding",
-        # Over half-precision copies, as migration 0020 makes it and searches order by.
-        f"CREATE INDEX {kind.index} ON {table} "
-        f"USING hnsw ((embedding::halfvec({int(dim)})) halfvec_cosine_ops)",
+        # As migration 0027 makes it, over the half-precision column.
+        f"CREATE INDEX {kind.index} ON {table} USING hnsw (embedding halfvec_cosine_ops)",
         f"CREATE INDEX IF NOT EXISTS {kind.missing} ON {table} ({kind.key}) "
         "WHERE embedding IS NULL",
     ):

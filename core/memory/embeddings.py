@@ -61,7 +61,7 @@ class Vectors:
     def store(self, column: str = "embedding") -> str:
         """Sets `column` of one row (`stored` gives the parameters)."""
         return (
-            f"UPDATE {self.table} SET {column} = CAST(:v AS vector) "
+            f"UPDATE {self.table} SET {column} = CAST(:v AS halfvec) "
             f"WHERE tenant_id = :tenant AND {self.key} = :id"
         )
 

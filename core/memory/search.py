@@ -163,7 +163,7 @@ async def archival_search(
 _NEAREST_SQL = """
 SELECT {vector_id} AS id FROM {vectors}
 WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {vector_filter}
-ORDER BY v.embedding::halfvec({dim}) <=> CAST(:q AS halfvec({dim}))
+ORDER BY v.embedding <=> CAST(:q AS halfvec({dim}))
 LIMIT :limit
 """
 
