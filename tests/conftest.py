@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -249,6 +250,7 @@ def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: s
         COMPANION_EMBEDDING_DIM="16",
         DATABASE_URL=served_url(pg_url, schema),
         PYTHONPATH=str(ROOT),
+        PYTHONFAULTHANDLER="1",  # a command that hangs shows where (`companion` below)
     )
     if schema:
         env["COMPANION_DB_SCHEMA"] = schema
@@ -284,14 +286,20 @@ async def companion(env: dict, *args: str, stdin: str = "") -> Run:
     try:
         out, err = await asyncio.wait_for(asyncio.shield(talking), COMMAND_SECONDS)
     except TimeoutError:
-        proc.kill()  # its pipes close, so what it had said so far is still read
+        # SIGABRT: faulthandler (PYTHONFAULTHANDLER, cli_env) writes where every thread was
+        # to stderr, then the process ends; its pipes close, so what it said is still read.
+        proc.send_signal(signal.SIGABRT)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            proc.kill()
         try:  # unless a child of it holds them open
             out, err = await asyncio.wait_for(talking, 10)
         except TimeoutError:
             out, err = b"", b"(unread: a child process kept its pipes open)"
         raise AssertionError(
             f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
-            f"stdout: {out.decode()[-2000:]!r}; stderr: {err.decode()[-4000:]!r}"
+            f"stdout: {out.decode()[-2000:]!r}; stderr: {err.decode()[-8000:]!r}"
         ) from None
     assert proc.returncode is not None
     return Run(proc.returncode, out.decode(), err.decode())
