@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import uuid
 from typing import Any
@@ -249,4 +250,15 @@ class OpenAIEmbedder:
         for vector in vectors:
             if len(vector) != self.dimension:
                 raise WrongDimension(self.model, len(vector), self.dimension)
-        return vectors
+        return [_unit(vector) for vector in vectors]
+
+
+def _unit(vector: list[float]) -> list[float]:
+    """The vector scaled to length 1. Searches rank by cosine, which scale does not change,
+    and vectors are stored in half precision (up to 65,504): a model giving larger numbers
+    would otherwise fail the whole batch it came in, at every pass. A number that is not
+    finite is the model's error."""
+    if not all(math.isfinite(x) for x in vector):
+        raise EmbeddingError("the embedding model returned a number that is not finite")
+    length = math.sqrt(math.fsum(x * x for x in vector))
+    return [x / length for x in vector] if length else vector

@@ -195,6 +195,7 @@ class FakeOpenAI:
         self.inflation = 1.0  # >1 plays a provider that counts more tokens than tiktoken
         # True: honours `dimensions` like text-embedding-3; False: refuses it like ada-002
         self.accepts_dimensions = True
+        self.embedding_scale = 1.0  # the length of each vector (1: normalised, like OpenAI's)
         self.delay = 0.0
         self.context_window: int | None = None  # set: refuse prompts that do not fit
         self.prompt_cache = False  # True: report cached_tokens as OpenAI's prompt cache would
@@ -300,7 +301,11 @@ class FakeOpenAI:
                 return web.json_response({"error": {"message": message}}, status=400)
             dim = int(body["dimensions"])
         data = [
-            {"object": "embedding", "index": i, "embedding": embed_text(t, dim)}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": [x * self.embedding_scale for x in embed_text(t, dim)],
+            }
             for i, t in enumerate(inputs)
         ]
         return web.json_response(

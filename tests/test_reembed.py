@@ -126,6 +126,30 @@ async def test_the_dimensions_parameter_is_sent_and_dropped_where_refused(fake):
         assert "dimensions" not in fake.embedding_requests[-1]  # not tried again
 
 
+async def test_a_model_giving_numbers_past_half_precision_is_stored_and_searched(fake, sessions):
+    """Vectors are stored in half precision (up to 65,504). A model whose vectors are not of
+    length 1 gave a batch the database refused at every pass; the embedder scales them to
+    length 1 (cosine, by which searches rank, does not change) and refuses what is not a
+    number."""
+    fake.embedding_scale = 1e6
+    async with openai.AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0) as client:
+        embedder = OpenAIEmbedder(client, "a-model-of-large-numbers", 16)
+        async with sessions() as session, session.begin():
+            scope = await ensure_agent(session, "t", "u", EngineConfig())
+            store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+            for note in NOTES[:3]:
+                await store.add_passage(note, NOW, "agent", None)
+        assert await reembed(sessions, embedder, only_missing=True) == 3
+        async with sessions() as session, session.begin():
+            query = (await embedder.embed(["chess"]))[0]
+            page = await archival_search(session, scope, "", query)
+        assert page.hits[0].text == NOTES[1]  # "note 1 about chess"
+
+        fake.embedding_scale = float("nan")
+        with pytest.raises(EmbeddingError, match="not finite"):
+            await embedder.embed(["chess"])
+
+
 async def test_the_command_refuses_a_mismatch_in_one_line_and_changes_nothing(
     fake, pg_url, schema, sessions
 ):
