@@ -224,6 +224,7 @@ async def run_mode(db: Database, mode: str, args: argparse.Namespace) -> list[De
     try:
         return [await run_depth(engine, clock, watch, d, args, mode) for d in args.depths]
     finally:
+        await engine.aclose()
         if client is not None:
             await client.close()
 

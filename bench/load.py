@@ -183,6 +183,7 @@ async def _worker(
         calls = (len(fake.requests) if fake else model.n) - calls_before
         out.put((index, done, calls, time.process_time() - cpu))
     finally:
+        await engine.aclose()
         if client:
             await client.close()
         if fake:

@@ -175,6 +175,7 @@ async def main() -> None:
             for text in texts:
                 clock.tick()
                 await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, text))
+            await engine.aclose()
             requests = list(fake.requests)
     print(
         settings_block(

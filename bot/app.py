@@ -9,19 +9,19 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.database import POOL_SIZE, open_database
+from bot.database import open_database
 from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
-from core.llm import Generation, OpenAIChat, OpenAIEmbedder
+from core.llm import Bounded, Generation, OpenAIChat, OpenAIEmbedder
 from core.local_embedder import LocalEmbedder
 from core.members.access import Access
 from core.members.community import Community
@@ -92,20 +92,23 @@ async def open_app(
                 embedder = None  # export, import, reset: rows get vectors from a later pass
         wire = WireHealth()
         generation = Generation(settings.temperature, settings.top_p)
-        model: ChatModel = OpenAIChat(
-            client,
-            settings.model or "unset",
-            generation=generation,
-            health=wire,
-            retries=settings.model_retries,
+        model: ChatModel = Bounded(
+            OpenAIChat(
+                client,
+                settings.model or "unset",
+                generation=generation,
+                health=wire,
+                retries=settings.model_retries,
+            ),
+            settings.model_concurrency,
         )
-        metrics = PrometheusMetrics(sessions)
+        metrics = PrometheusMetrics(sessions, wire.outage)
+
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics, health=wire)
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
-        # Turns take at most half the pool (POOL_SIZE of 2 x POOL_SIZE connections): the rest
-        # stores events, delivers replies and answers /readyz however busy the agents are.
-        engine = Engine(sessions, mind, clock or utcnow, worker, turns_at_once=POOL_SIZE)
+        engine = Engine(sessions, mind, clock or utcnow, worker)
+
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(
@@ -115,7 +118,7 @@ async def open_app(
             settings.secret_key,
             timedelta(minutes=settings.link_minutes),
         )
-        async with worker or nullcontext():
+        async with aclosing(engine), worker or nullcontext():
             yield App(
                 settings,
                 sessions,

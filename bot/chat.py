@@ -90,7 +90,9 @@ async def _say(
             out.write("\r\033[K")
     if verbose:
         _trace(exchange.result, out if tty else sys.stderr, tty)
-    for reply in exchange.replies:
+    # Answers to this chat's earlier messages that waited (for a model that was down) first.
+    earlier = await engine.outbox.take_earlier(scope, exchange.event_id, {"origin": ORIGIN})
+    for reply in earlier + exchange.replies:
         out.write(f"{CYAN}{BOLD}companion>{RESET} {reply}\n" if tty else f"{reply}\n")
     out.flush()
 

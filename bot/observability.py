@@ -7,6 +7,7 @@ ContextFilter                   copies `core.logcontext.current()` onto each rec
 RedactFilter                    masks anything that looks like a token, key or password
 PrometheusMetrics               `core.ports.Metrics` over its own CollectorRegistry, with
                                 a queue-depth gauge measured in Postgres at scrape time
+                                (events, outbox, waiting_for_model) and companion_model_up
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from core.events import EventStatus
 from core.logcontext import current
 from core.models import Event, Reply
 from core.ports import Counter, Timer
+from core.runtime.handling import DEFERRED
+from core.wire.outage import Outage
 
 log = logging.getLogger(__name__)
 IDS = ("tenant_id", "agent_id", "event_id")
@@ -211,6 +214,20 @@ class _QueueDepth(Collector):
         yield family
 
 
+class _ModelUp(Collector):
+    """1 while the model endpoint answers, 0 while it is down (`core.wire.outage`)."""
+
+    def __init__(self, outage: Outage) -> None:
+        self.outage = outage
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "companion_model_up", "Whether the model endpoint answers (0 during an outage)"
+        )
+        family.add_metric([], 0 if self.outage.down_since else 1)
+        yield family
+
+
 class PrometheusMetrics:
     """The engine's `Metrics` port as Prometheus counters and histograms.
 
@@ -219,7 +236,9 @@ class PrometheusMetrics:
     declared with is dropped and logged: reporting never breaks a turn.
     """
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession] | None = None) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession] | None = None, outage: Outage | None = None
+    ) -> None:
         self.sessions = sessions
         self.registry = CollectorRegistry()
         self._counters = {
@@ -243,6 +262,8 @@ class PrometheusMetrics:
         }
         self._queues = _QueueDepth()
         self.registry.register(self._queues)
+        if outage is not None:
+            self.registry.register(_ModelUp(outage))
 
     def count(self, metric: Counter, amount: float = 1, **labels: str) -> None:
         counter = self._counters[metric]
@@ -272,7 +293,19 @@ class PrometheusMetrics:
                 outbox = await session.scalar(
                     select(func.count()).select_from(Reply).where(Reply.delivered_at.is_(None))
                 )
-            self._queues.depth = {"events": int(events or 0), "outbox": int(outbox or 0)}
+                waiting = await session.scalar(
+                    select(func.count())
+                    .select_from(Event)
+                    .where(
+                        Event.status == EventStatus.PENDING,
+                        Event.error.startswith(DEFERRED, autoescape=True),
+                    )
+                )
+            self._queues.depth = {
+                "events": int(events or 0),
+                "outbox": int(outbox or 0),
+                "waiting_for_model": int(waiting or 0),
+            }
         except Exception as error:  # TimeoutError included
             self._queues.depth = {}
             log.warning("queue depth not measured: %s", error)

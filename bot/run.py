@@ -48,7 +48,7 @@ from core.runtime.tick import tick
 log = logging.getLogger(__name__)
 GRACE_SECONDS = 30
 STORE_GRACE_SECONDS = 10  # requests in flight only store their event: seconds at most
-RESUME_EVERY_SECONDS = 60
+RESUME_EVERY_SECONDS = 10  # pending events, e.g. those that waited for a model that was down
 RESUME_AT_ONCE = 4  # agents whose backlog is worked off side by side after a start
 TICK_SECONDS = 60
 RETENTION_SECONDS = 3600  # communities whose grace period is over are erased within the hour
@@ -100,8 +100,13 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
     scheduler.add_job(
         retention, "interval", seconds=RETENTION_SECONDS, id="retention", max_instances=1
     )
+
+    async def backlog() -> None:
+        if await app.engine.resume(at_once=RESUME_AT_ONCE):
+            await app.engine.outbox.redeliver(timedelta(0), router)
+
     scheduler.add_job(
-        app.engine.resume,
+        backlog,
         "interval",
         seconds=RESUME_EVERY_SECONDS,
         id="resume",

@@ -184,6 +184,8 @@ class Settings:
     model_timeout: float = 60.0
     model_retries: int = 3
     max_output_tokens: int | None = None  # None: min(1024, window / 8)
+    model_concurrency: int = 64  # model calls in flight in one process
+    outage_minutes: int = 720  # how long messages wait for a model that is down
     temperature: float | None = None  # None: the server's default
     top_p: float | None = None
     discord_token: str | None = None
@@ -227,6 +229,8 @@ class Settings:
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
             max_output_tokens=_int(env, "COMPANION_MAX_OUTPUT_TOKENS", None, minimum=64),
+            model_concurrency=_int(env, "COMPANION_MODEL_CONCURRENCY", 64) or 64,
+            outage_minutes=_int(env, "COMPANION_OUTAGE_MINUTES", 720) or 720,
             temperature=_number(env, "COMPANION_TEMPERATURE", 0, 2, "from 0 to 2, e.g. 0.7"),
             top_p=_number(env, "COMPANION_TOP_P", 0, 1, "from 0 to 1, e.g. 0.9"),
             discord_token=_text(env, "DISCORD_TOKEN"),
@@ -360,4 +364,5 @@ class Settings:
             tenant_daily_usd=self.tenant_daily_usd,
             member_daily_usd=self.member_daily_usd,
             price=self.price,
+            outage_wait=timedelta(minutes=self.outage_minutes),
         )

@@ -76,6 +76,9 @@ class EngineConfig:
     tenant_daily_usd: float | None = None
     member_daily_usd: float | None = None
     price: Price | None = None  # of the chat model: what its tokens cost
+    # How long an event waits for a model that is down before it is given up (the member
+    # told their message went unanswered).
+    outage_wait: timedelta = timedelta(hours=12)
 
     @property
     def prompt_budget(self) -> int:

@@ -68,12 +68,31 @@ async def ensure_agent(
     return Scope(tenant_id, int(agent_id))
 
 
-async def find_user(session: AsyncSession, tenant: str, user: str) -> User | None:
-    """The member row of platform user `user` in community `tenant`, if there is one."""
-    return await session.scalar(
+async def find_user(
+    session: AsyncSession, tenant: str, user: str, lock: bool = False
+) -> User | None:
+    """The member row of platform user `user` in community `tenant`, if there is one.
+
+    With `lock`, the row is locked for the transaction and read as it is now: what changes
+    the member's settings holds it, so two changes at once never write over each other."""
+    query = (
         select(User)
         .join(Tenant, Tenant.id == User.tenant_id)
         .where(Tenant.key == tenant, User.external_id == user)
+    )
+    if lock:
+        query = query.with_for_update(of=User).execution_options(populate_existing=True)
+    return await session.scalar(query)
+
+
+async def lock_tenant(session: AsyncSession, tenant: str) -> Tenant | None:
+    """The community's row, locked for the transaction and read as it is now (see
+    `find_user`)."""
+    return await session.scalar(
+        select(Tenant)
+        .where(Tenant.key == tenant)
+        .with_for_update()
+        .execution_options(populate_existing=True)
     )
 
 

@@ -14,6 +14,7 @@
     ├── ToolError              a function call the model made cannot run; fed back to the model
     ├── ContextTooSmall        the fixed part of the prompt cannot fit the context window
     ├── AgentNotFound          no agent for that (tenant, user)
+    ├── ClaimLost              another process may have the agent now: the turn stops unwritten
     ├── NoPlatform             no platform is configured for a tenant: its messages wait
     │   └── NotInstalled       the platform has no installation for that community (any more)
     └── Refused                bad input from a person: the message says why, nothing changed
@@ -112,6 +113,15 @@ class AgentNotFound(CompanionError):
         super().__init__(f"no agent for user {user!r} in tenant {tenant!r}")
         self.tenant = tenant
         self.user = user
+
+
+class ClaimLost(CompanionError):
+    """The process's claim on an agent is gone (its presence connection was lost); what the
+    turn had not yet committed is dropped, and whoever has the agent now goes on."""
+
+    def __init__(self, agent_id: int) -> None:
+        super().__init__(f"the claim on agent {agent_id} was lost; the turn stops")
+        self.agent_id = agent_id
 
 
 class NoPlatform(CompanionError):

@@ -23,13 +23,14 @@ import openai
 
 from core.errors import (
     EmbeddingError,
+    ModelError,
     ModelOutputError,
     ModelSetupError,
     ModelTimeout,
     ModelUnavailable,
     WrongDimension,
 )
-from core.ports import Completion, ToolCall
+from core.ports import ChatModel, Completion, ToolCall
 from core.wire.answers import calls_in_text, read_content
 from core.wire.health import WireHealth
 from core.wire.refusals import Adapt, adaptation, classify
@@ -176,14 +177,47 @@ class OpenAIChat:
         max_tokens: int | None = None,
         cache_key: str | None = None,
     ) -> Completion:
+        outage = self.health.outage
+        if not outage.allow():
+            raise ModelUnavailable(f"the model endpoint is down ({outage.reason})")
         try:
             response = await self._send(conform(messages).messages, tools, max_tokens, cache_key)
         except ValueError as error:  # a body that is not JSON, or not a completion
+            outage.answered()
             raise ModelOutputError(
                 f"the model endpoint sent an unreadable answer: {error}"
             ) from error
+        except (ModelUnavailable, ModelTimeout) as error:
+            outage.failed(error)
+            raise
+        except ModelError:  # refused for what was asked: the endpoint itself is up
+            outage.answered()
+            raise
+        except BaseException:  # cancelled: neither up nor down
+            outage.gave_up()
+            raise
         self.health.answered()
         return _read(response, tools)
+
+
+class Bounded:
+    """A chat model with at most `slots` calls in flight in this process
+    (COMPANION_MODEL_CONCURRENCY): what bounds how many members are answered at once is the
+    model endpoint, never the database pool (no turn holds a connection while it waits)."""
+
+    def __init__(self, model: ChatModel, slots: int) -> None:
+        self.model = model
+        self._slots = asyncio.Semaphore(max(1, slots))
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        cache_key: str | None = None,
+    ) -> Completion:
+        async with self._slots:
+            return await self.model.complete(messages, tools, max_tokens, cache_key)
 
 
 def _read(response: Any, tools: list[dict[str, Any]] | None) -> Completion:

@@ -42,7 +42,9 @@ from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.runtime.engine import Engine
+from core.runtime.presence import Presence
 from core.wire.health import WireHealth
+from core.wire.outage import Outage
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,25 +130,26 @@ async def _sessions_on(pg_url: str, schema: str) -> AsyncIterator[async_sessionm
 @asynccontextmanager
 async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIterator[Callable]:
     clients: list[openai.AsyncOpenAI] = []
+    presence = Presence(sessions.kw["bind"])  # one per process, as in `companion run`
 
     def build(
         config: EngineConfig | None = None,
         embeddings: bool = False,
         retries: int = 0,
         timeout: float = 10.0,
-        turns_at_once: int = 10,
     ) -> Engine:
         client = openai.AsyncOpenAI(
             base_url=fake.base_url, api_key="test", max_retries=retries, timeout=timeout
         )
         clients.append(client)
         embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
-        health = WireHealth()
+        health = WireHealth(Outage(clock.monotonic))
         model = OpenAIChat(client, "fake", health=health, retries=retries, sleep=_no_sleep)
         mind = Mind(model, TokenCounter(), config or EngineConfig(), embedder, health=health)
-        return Engine(sessions, mind, clock, turns_at_once=turns_at_once)
+        return Engine(sessions, mind, clock, presence=presence)
 
     yield build
+    await presence.close()
     for client in clients:
         await client.close()
 
@@ -163,6 +166,10 @@ class Clock:
 
     def __call__(self) -> datetime:
         return self.now
+
+    def monotonic(self) -> float:
+        """Seconds on this clock, for what times waits (`core.wire.outage.Outage`)."""
+        return self.now.timestamp()
 
     def advance(self, **delta: float) -> None:
         self.now += timedelta(**delta)

@@ -291,6 +291,8 @@ class FakeOpenAI:
         self._cached: dict[str, list[list[int]]] = {}
         self.embedding_requests: list[dict[str, Any]] = []
         self.failures: list[tuple[int, dict[str, str], str]] = []
+        self.down: int | None = None  # a status every chat call gets while set (an outage)
+        self.down_calls = 0  # chat calls that met the outage
         self._runner: web.AppRunner | None = None
         self.base_url = ""
 
@@ -321,6 +323,10 @@ class FakeOpenAI:
             body[STEP_MARK] = step  # after the rules read the body
         if refused is not None:
             return refused
+        if self.down is not None:  # an outage: every chat call gets this status
+            self.down_calls += 1
+            message = json.dumps({"error": {"message": f"fake outage {self.down}"}})
+            return web.Response(status=self.down, text=message, content_type="application/json")
         if self.failures:
             status, headers, text = self.failures.pop(0)
             return web.Response(

@@ -117,14 +117,13 @@ async def test_a_busy_agent_still_stores_new_events_at_once(make_engine_for, fak
         assert (await session.get(Event, event_id)).status == "done"
 
 
-async def test_members_queued_on_a_busy_agent_leave_the_pool_to_everyone_else(
-    pg_url, schema, fake, clock
-):
+async def test_turns_waiting_on_the_model_hold_no_connection(pg_url, schema, fake, clock):
     """Handlers waiting for their agent's turn held a pooled connection each while they waited
-    for its row lock: a few chatty members took the whole pool, and everyone else's message
-    could not even be stored (QueuePool timeout after the acknowledgement) while /readyz's
-    `SELECT 1` failed. Now they wait without a connection, and turns take at most
-    `turns_at_once` of them."""
+    for its row lock, and a turn held one for its whole model call: a few chatty members took
+    the whole pool, and everyone else's message could not even be stored. Now a turn commits
+    before each model call: with two turns thinking and five handlers queued behind one of
+    them, the pool holds only the process's presence connection, and another member is
+    stored and answered at once."""
     db = make_engine(served_url(pg_url, schema), schema, pool_size=2)  # 2 + 2 overflow
     sessions = async_sessionmaker(db, expire_on_commit=False)
     thinking = {name: asyncio.Event() for name in ("ann", "carl")}
@@ -141,7 +140,7 @@ async def test_members_queued_on_a_busy_agent_leave_the_pool_to_everyone_else(
     fake.brain = brain
     try:
         async with _engine_builder(sessions, fake, clock) as build:
-            engine = build(turns_at_once=2)
+            engine = build()
             ann, bob, carl = [await engine.agent("t", n) for n in ("ann", "bob", "carl")]
 
             def talk(scope, text):
@@ -155,12 +154,13 @@ async def test_members_queued_on_a_busy_agent_leave_the_pool_to_everyone_else(
             queued = [talk(ann, f"ann {i}") for i in range(1, 6)]
             await asyncio.sleep(0.5)  # Ann's handlers store their events and queue
 
-            async with asyncio.timeout(5):  # neither waits for Ann's turn or the pool
+            assert db.pool.checkedout() == 1  # the presence connection, no turn's
+            async with asyncio.timeout(5):  # nobody waits for Ann's turn or the pool
                 bobs = await engine.submit(bob, InboundEvent(EventKind.USER_MESSAGE, "bob 0"))
+                assert (await engine.answer(bob, bobs)).replies == ["re: bob 0"]
                 async with sessions() as session:
                     assert await session.scalar(text("SELECT 1")) == 1
             release["carl"].set()
-            assert (await asyncio.wait_for(engine.answer(bob, bobs), 10)).replies == ["re: bob 0"]
             release["ann"].set()
             answered = await asyncio.wait_for(asyncio.gather(first, carls, *queued), 20)
     finally:

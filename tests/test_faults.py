@@ -197,7 +197,7 @@ FACT = "my starter is called Bubbles"
 DURING = {
     # the turn's one model call
     "the first call": (TEXT, REPLY, 1),
-    # the call after core_memory_append ran: the block write is in the open transaction too
+    # the call after core_memory_append ran: that step was saved before it
     "a later step": (f"remember that {FACT}", "Got it, I'll remember that.", 2),
 }
 
@@ -220,11 +220,13 @@ async def test_killed_during_the_model_call(bot, fake, sessions, held):
     try:
         proc = await bot.start("talk", text)
         await bot.kill_when(proc, arrived.is_set)
-        # At the kill: the model had the request; the turn (the member's words in recall,
-        # memory edits, the reply) was only in the dead process's open transaction.
+        # At the kill: the model had the request. A turn saves each step before its next
+        # model call: the member's words are in recall, and a step already taken (the
+        # memory edit) is saved whole; the reply was not written yet.
         assert len(asked_about(fake, text)) == calls
-        assert await state(sessions) == {"events": ["pending"], "said": [], "outbox": []}
-        assert await human_block(sessions) == EngineConfig().default_human
+        assert await state(sessions) == {"events": ["pending"], "said": [text], "outbox": []}
+        saved = (await human_block(sessions)).count(FACT)
+        assert saved == (1 if held == "a later step" else 0)
     finally:
         release.set()
 
@@ -232,10 +234,11 @@ async def test_killed_during_the_model_call(bot, fake, sessions, held):
 
     assert "resumed 1 agent(s); delivered 1 event(s), 0 failing" in out
     assert_handled_once(await state(sessions), fake, text, reply)
-    assert len(asked_about(fake, text)) == 2 * calls  # the lost calls, then the resumed turn's
+    # The lost call is asked again, and only it: the turn goes on from the step it saved.
+    assert len(asked_about(fake, text)) == calls + 1
     assert bot.seen == [reply]
     if held == "a later step":
-        assert (await human_block(sessions)).count(FACT) == 1
+        assert (await human_block(sessions)).count(FACT) == 1  # not saved a second time
 
 
 async def test_killed_between_the_send_and_its_acknowledgement(bot, fake, sessions):
@@ -430,17 +433,15 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
         await asyncio.to_thread(private_pg.ensure_postgres_running)
         assert private_pg.get_uri(driver="asyncpg") == url
         release.set()
-        # The turn's connection died under it (today the engine's own rollback raises
-        # PendingRollbackError): no reply now, and the event stays pending.
-        with pytest.raises(Exception):  # noqa: B017
-            await asyncio.wait_for(in_flight, TIMEOUT)
+        # The turn held no connection while the model thought; its claim went with the
+        # restart (the presence connection), so it stops there, writing nothing, and the
+        # handler, finding the event still pending, claims the agent anew and answers it.
+        await asyncio.wait_for(in_flight, TIMEOUT)
 
         # Back up: the platform's retry is answered (dead pooled connections are replaced).
         await engine.converse(bob, message("while it was down"), send_to("bob"))
-        # `Engine.resume` (at the next start, and every few minutes in `companion run`; or the
-        # next drain of her agent) handles alice's event; the redelivery sweep sends the reply.
-        assert await engine.resume() == 1
-        assert await engine.outbox.redeliver(timedelta(0), Everywhere(send_to("alice"))) == (1, 0)
+        assert await engine.resume() == 0  # nothing was left behind
+        assert await engine.outbox.redeliver(timedelta(0), Everywhere(send_to("alice"))) == (0, 0)
         await engine.converse(alice, message("after the restart"), send_to("alice"))
 
         assert seen == {
@@ -467,5 +468,6 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
         )
         assert undelivered == []
     finally:
+        await engine.aclose()
         await client.close()
         await db.dispose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from contextlib import aclosing
 
 import openai
 import pytest
@@ -74,7 +75,7 @@ async def test_a_dog_asked_about_months_later_is_found_by_meaning(local, session
         engine = Engine(sessions_384, mind, clock, worker)
         scope = await engine.agent("t", "ana", "Ana")
         fake.brain = default_brain
-        async with worker:
+        async with worker, aclosing(engine):
             for words in (
                 "my puppy Rex chewed my slippers again",
                 "work was busy, the quarterly report is due",

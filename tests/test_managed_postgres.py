@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 import openai
@@ -134,7 +135,7 @@ async def test_a_plain_role_runs_companion_behind_the_wall(cluster, fake, tmp_pa
             ).one()
         assert tuple(role) == (False, False, False)
         engine, client = build_engine(sessions, fake)
-        async with client:
+        async with client, aclosing(engine):
             ann, bob = await engine.agent("t", "ann"), await engine.agent("t", "bob")
             for scope, words in ((ann, "hello from ann"), (bob, "hello from bob")):
                 said = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, words))

@@ -1,7 +1,8 @@
 """Faults of the model endpoint, through the real `openai` client and its retries.
 
-The member must always get an answer: the normal reply when a retry succeeds, otherwise a
-clear apology, with their message kept in recall so nothing they said is lost.
+The member must always get an answer: the normal reply when a retry succeeds; while the
+endpoint is down, one notice and the answer once it is back; otherwise a clear apology,
+with their message kept in recall so nothing they said is lost.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from sqlalchemy import select
 from core.events import EventKind, InboundEvent
 from core.memory.search import recall_search
 from core.models import Event
-from core.runtime.apologies import INTERNAL_ERROR_REPLY, MODEL_DOWN_REPLY
+from core.runtime.apologies import INTERNAL_ERROR_REPLY, WAITING_NOTICE
+from core.wire.outage import LONGEST_WAIT
 from tests.fake_openai import (
     calls,
     count_prompt,
@@ -121,7 +123,19 @@ async def test_a_429_with_retry_after_is_retried(make_engine_for, fake):
 # --- failures that outlast the retries -------------------------------------------------------
 
 
-async def test_persistent_500s_give_an_apology_and_keep_the_message(make_engine_for, fake):
+async def answer_after_outage(engine, fake, clock, event_id: int) -> list[str]:
+    """The model is back: what the run loop's backlog pass brings that event."""
+    fake.brain = echo
+    fake.requests.clear()
+    clock.advance(seconds=LONGEST_WAIT)  # the next probe is due
+    await engine.resume()
+    assert await status_of(engine, event_id) == ("done", None)
+    return await engine.outbox.take_replies(event_id)
+
+
+async def test_persistent_500s_leave_the_message_waiting_with_a_notice(
+    make_engine_for, fake, clock
+):
     engine = make_engine_for(retries=2)
     fake.brain = echo
     fake.fail_next(500, times=3)
@@ -129,23 +143,27 @@ async def test_persistent_500s_give_an_apology_and_keep_the_message(make_engine_
 
     exchange = await talk(engine, scope, "my zucchini finally sprouted")
 
-    assert len(fake.requests) == 3  # one try and two retries, then it gives up
-    (reply,) = exchange.replies
-    assert is_apology(reply)
-    assert "can't think" in reply
-    assert "500" not in reply  # the server's words go to the log, not to the member
+    assert len(fake.requests) == 3  # one try and two retries, then the endpoint is down
+    assert exchange.replies == [WAITING_NOTICE]  # the server's words go to the log
     status, error = await status_of(engine, exchange.event_id)
-    assert status == "failed"
-    assert "500" in (error or "")
+    assert status == "pending" and "500" in (error or "")
     assert await recalled(engine, scope, "zucchini") == [("user", "my zucchini finally sprouted")]
 
-    await assert_recovers(engine, fake, scope)
-    # The model now sees the message that went unanswered, exactly once.
+    answer = await answer_after_outage(engine, fake, clock, exchange.event_id)
+    assert answer == ["You said: my zucchini finally sprouted"]
+    # The model sees the message once: stored before the outage, not again after it.
     sent = json.dumps(fake.chat_requests[0]["messages"])
     assert sent.count("my zucchini finally sprouted") == 1
+    await assert_recovers(engine, fake, scope)
 
 
-async def test_a_failure_mid_turn_rolls_back_the_turn_but_keeps_the_message(make_engine_for, fake):
+async def test_a_failure_mid_turn_keeps_the_steps_and_goes_on_from_them(
+    make_engine_for, fake, clock
+):
+    """A turn saves each step before its next model call (no transaction waits on the
+    model): an outage after a step keeps that step whole, the call with its result, and
+    what it did (the fact saved); once the model is back the turn goes on from there, the
+    member's words once."""
     engine = make_engine_for(retries=0)
     scope = await engine.agent("t", "alice")
 
@@ -157,15 +175,18 @@ async def test_a_failure_mid_turn_rolls_back_the_turn_but_keeps_the_message(make
     exchange = await talk(engine, scope, "I grow zucchini")
 
     assert len(fake.requests) == 2
-    (reply,) = exchange.replies
-    assert is_apology(reply) and "500" not in reply
+    assert exchange.replies == [WAITING_NOTICE]
     assert await recalled(engine, scope, "zucchini") == [("user", "I grow zucchini")]
 
-    await assert_recovers(engine, fake, scope)
-    body = fake.chat_requests[0]
+    answer = await answer_after_outage(engine, fake, clock, exchange.event_id)
+    assert answer == ["You said: I grow zucchini"]
+    (body,) = fake.chat_requests  # one call finishes the turn
     assert json.dumps(body["messages"]).count("I grow zucchini") == 1
-    assert not any(m.get("tool_calls") for m in body["messages"])  # no half-finished step
-    assert "Grows zucchini." not in body["messages"][0]["content"]
+    (step,) = [m for m in body["messages"] if m.get("tool_calls")]  # the step, whole
+    assert step["tool_calls"][0]["function"]["name"] == "core_memory_append"
+    result = body["messages"][body["messages"].index(step) + 1]
+    assert result["role"] == "tool" and result["content"].startswith("Block 'human' now has")
+    assert "Grows zucchini." in body["messages"][0]["content"]  # what it did stays done
 
 
 MALFORMED = {
@@ -244,7 +265,9 @@ async def test_an_empty_answer_is_not_silence(make_engine_for, fake):
     await assert_recovers(engine, fake, scope)
 
 
-async def test_a_timeout_gives_an_apology(make_engine_for, fake):
+async def test_a_model_that_keeps_timing_out_leaves_the_message_waiting(
+    make_engine_for, fake, clock
+):
     engine = make_engine_for(retries=0, timeout=0.5)
     fake.brain = echo
     fake.delay = 0.8
@@ -252,13 +275,15 @@ async def test_a_timeout_gives_an_apology(make_engine_for, fake):
 
     exchange = await talk(engine, scope, "slow day?")
 
-    (reply,) = exchange.replies
-    assert reply == MODEL_DOWN_REPLY
+    assert len(fake.requests) == 2  # asked again once, then it is down
+    assert exchange.replies == [WAITING_NOTICE]
     status, error = await status_of(engine, exchange.event_id)
-    assert status == "failed" and "did not answer in time" in (error or "")
+    assert status == "pending" and "did not answer in time" in (error or "")
     assert await recalled(engine, scope, "slow") == [("user", "slow day?")]
     fake.delay = 0
-    await assert_recovers(engine, fake, scope)
+    assert await answer_after_outage(engine, fake, clock, exchange.event_id) == [
+        "You said: slow day?"
+    ]
 
 
 # --- huge and hostile tool calls -------------------------------------------------------------

@@ -18,7 +18,7 @@ from adapters.common import Services
 from core.config import EngineConfig
 from core.members.portability import parse_export
 from core.memory.turn import CUT_CALL_NOTE, CUT_MARK, MALFORMED_NOTE
-from core.runtime.apologies import MODEL_DOWN_REPLY, MODEL_SETUP_REPLY
+from core.runtime.apologies import MODEL_DOWN_REPLY, MODEL_SETUP_REPLY, WAITING_NOTICE
 from core.scope import Scope
 from core.wire.health import SILENT_TURNS
 from tests.conftest import cli_env
@@ -153,15 +153,14 @@ async def test_a_refusal_that_will_repeat_is_a_setup_error_logged_once_with_its_
     assert engine.mind.health.state()[0] == "ok"
 
 
-async def test_an_outage_gives_a_kind_apology_without_the_servers_words(make_engine_for, fake):
+async def test_an_outage_gets_a_kind_notice_without_the_servers_words(make_engine_for, fake):
     engine = make_engine_for(retries=1)
     body = json.dumps({"error": {"message": "upstream connect error\nstack: at foo.py:12"}})
     fake.fail_next(503, body, times=2)
     scope = await engine.agent("t", "alice")
     exchange = await talk(engine, scope, "hello")
-    assert exchange.replies == [MODEL_DOWN_REPLY]
-    assert "upstream" not in exchange.replies[0] and "503" not in exchange.replies[0]
-    assert len(fake.requests) == 2  # retried once, as configured, then given up
+    assert exchange.replies == [WAITING_NOTICE]  # the message waits for the model
+    assert len(fake.requests) == 2  # retried once, as configured, then it is down
 
 
 # --- 4. output budget, sampling and timeouts ------------------------------------------------
@@ -180,13 +179,14 @@ async def test_the_output_budget_and_sampling_reach_the_server(make_engine_for, 
 
 async def test_a_timed_out_generation_is_asked_again_at_most_once_per_turn(make_engine_for, fake):
     """A CPU server that takes longer than the timeout: the client used to retry from
-    scratch up to three times (each regenerating everything). Now: once, then an apology."""
+    scratch up to three times (each regenerating everything). Now: once; then the endpoint
+    counts as down and the message waits for it (tests/test_outage.py)."""
     engine = make_engine_for(retries=3, timeout=0.3)
     fake.delay = 1.0
     scope = await engine.agent("t", "alice")
     exchange = await talk(engine, scope, "hello")
     assert len(fake.chat_requests) == 2
-    assert exchange.replies == [MODEL_DOWN_REPLY]
+    assert exchange.replies == [WAITING_NOTICE]
 
 
 # --- 5. finish_reason: a cut call is not run, a cut reply says so -----------------------------

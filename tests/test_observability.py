@@ -141,17 +141,20 @@ async def test_metrics_count_events_model_calls_tokens_flushes_and_errors(
         exchange = await engine.converse(scope, msg(words))
         conversations, flushes = conversations + 1, exchange.result.flushes
         assert conversations < 100, "no flush happened"
-    fake.fail_next(500, times=5)
+    fake.fail_next(400)  # refused as set up: the turn fails
     await engine.converse(scope, msg("are you there?"))
+    fake.fail_next(503)  # the endpoint is down: the message waits for it
+    await engine.converse(scope, msg("hello?"))
 
     found = samples(await metrics.exposition())
     done = value(found, "companion_events_total", kind="user_message", status="done")
     assert done == conversations
     assert value(found, "companion_events_total", kind="user_message", status="failed") == 1
+    assert value(found, "companion_events_total", kind="user_message", status="deferred") == 1
     assert value(found, "companion_errors_total", kind="model") == 1
     assert value(found, "companion_flushes_total") == 1
     assert value(found, "companion_warnings_total") >= 1
-    model_calls = len(fake.requests) - 1  # summary calls included; the last one failed
+    model_calls = len(fake.requests) - 2  # summary calls included; the last two failed
     assert value(found, "companion_model_seconds_count") == model_calls
     assert value(found, "companion_model_seconds_sum") > 0
     assert value(found, "companion_completion_tokens_total") == 10 * model_calls

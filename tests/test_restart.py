@@ -41,19 +41,20 @@ def chat(env: dict, user: str, *lines: str):
 
 
 async def someone_waits(sessions) -> bool:
-    """Is a connection waiting for a row lock (another process queued behind an agent)?
-
-    The agent's lock is the statement reading the agent row (`AgentStore.lock_agent`);
-    pg_stat_activity keeps only its first kilobyte, so it is known by its start."""
+    """Is another process queued behind an agent's turn? Two processes have asked for an
+    agent's claim (the last statement of each one's presence connection) while one of them
+    holds it: the other waits for the claim to come free (core.runtime.presence)."""
     async with sessions() as session:
-        waiting = await session.scalar(
+        asked = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT agents.id, %'"
+                "WHERE query LIKE 'SELECT pg_try_advisory_lock(%'"
             )
         )
-
-    return bool(waiting)
+        held = await session.scalar(
+            text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2")
+        )
+    return (asked or 0) >= 2 and (held or 0) >= 1
 
 
 async def test_memory_survives_a_restart(fake, pg_url, schema):
@@ -77,21 +78,28 @@ async def test_pending_event_is_handled_once_at_the_next_start(
     assert fake.requests == []
 
     # Two processes start at once, with nothing to say: both look for leftovers at start,
-    # and only one may handle it. The model answers once the other one is held back.
+    # and only one may handle it. The model answers once the other one has come and gone:
+    # it found the agent claimed, left the leftover to the claimer and exited.
     held: list[bool] = []
+    processes: list[asyncio.Task] = []
+
+    async def one_left() -> bool:
+        return any(process.done() for process in processes)
 
     async def brain(body: dict[str, Any]) -> dict[str, Any]:
-        held.append(await _until(lambda: someone_waits(sessions), HOLD))
+        held.append(await _until(one_left, HOLD))
         return default_brain(body)
 
     fake.brain = brain
     env = cli_env(fake, pg_url, schema)
-    one, two = await asyncio.gather(chat(env, "alice"), chat(env, "alice"))
+    processes += [asyncio.ensure_future(chat(env, "alice")) for _ in range(2)]
+    one, two = await asyncio.gather(*processes)
     assert one.code == two.code == 0, (one, two)
     assert (one.out + two.out).count("You said: I was cut off") <= 1
 
     assert [last_user_text(body) for body in fake.chat_requests] == ["I was cut off"]
-    assert held == [True], "the second process never waited: nothing was tested"
+    assert held == [True], "the second process never came while the first held the agent"
+
     async with sessions() as session:
         event = await session.get(Event, event_id)
         replies = list(await session.scalars(select(Reply.text).where(Reply.event_id == event_id)))

@@ -130,7 +130,9 @@ async def restartable(private_pg, fake):  # noqa: F811
     try:
         yield engine, sessions, private_pg
     finally:
+        await engine.aclose()
         await client.close()
+
         await db.dispose()
 
 

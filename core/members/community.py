@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
+from core.directory import lock_tenant
 from core.errors import BadSetting
 from core.members.audit import record
 from core.members.service import parse_quiet_hours
@@ -205,7 +206,7 @@ class Community:
             before = _stored(self._effective(row.settings if row else {}))
             changes = {key: value for key, value in wanted.items() if before[key] != value}
             await record(session, tenant, actor, "settings", None, changes, self.clock())
-            row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
+            row = await lock_tenant(session, tenant)
             assert row is not None  # the audit entry made sure of it
             row.settings = {**(row.settings or {}), **changes}
             await session.flush()

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.config import EngineConfig
 from core.errors import BadExport, ImportConflict
 from core.events import EventStatus, clean_text
+from core.memory.bulk import fit_in_view, store_messages
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
@@ -289,12 +290,13 @@ async def _restore(
                 char_limit=max(block.limit or config.human_limit, len(block.value)),
             )
         )
-    for item in export.messages:
-        fields = item.model_dump(exclude={"created_at"})
-        await store.append(item.created_at, **fields)  # the store counts each message
-        done += 1
-        if done % 100 == 0:
-            progress(done, total)
+    if export.messages:
+        rows = [item.model_dump() for item in export.messages]
+        # More history in view than the window holds would cost the first turn a summary
+        # call per page of it: what does not fit goes out of view now.
+        fit_in_view(rows, config.target_tokens, config.max_message_tokens)
+        await store_messages(store, rows, lambda stored: progress(stored, total))
+        done = len(rows)
     for summary in export.all_summaries(now):
         tokens = TokenCounter.count(summary.text) + 40
         await store.add_summary(summary.text, summary.covers_messages, tokens, summary.created_at)

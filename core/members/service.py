@@ -20,10 +20,11 @@ from datetime import date, datetime, time
 from typing import Any
 
 from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
-from core.directory import ensure_agent, find_agent, find_user, reset_agent
+from core.directory import ensure_agent, find_agent, find_user, lock_tenant, reset_agent
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.audit import record
@@ -237,7 +238,7 @@ class Members:
         timezone = changes.pop("timezone", None)
         async with self.sessions() as session, session.begin():
             await ensure_agent(session, tenant, user, self.config)
-            member = await find_user(session, tenant, user)
+            member = await find_user(session, tenant, user, lock=True)
             assert member is not None
             if timezone is not None:
                 member.timezone = parse_timezone(timezone)
@@ -256,16 +257,17 @@ class Members:
         A change names its `actor`, an admin, and goes to the audit log.
         """
         async with self.sessions() as session, session.begin():
-            row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
-            if row is None:
-                row = Tenant(key=tenant, settings={})
-                session.add(row)
-            if changes:
-                row.settings = {**(row.settings or {}), **changes}
-                await session.flush()
-                await self._audit_in(
-                    session, tenant, actor or "operator", "settings", None, changes
-                )
+            if not changes:
+                row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
+                return dict(row.settings or {}) if row else {}
+            await session.execute(
+                insert(Tenant).values(key=tenant, settings={}).on_conflict_do_nothing()
+            )
+            row = await lock_tenant(session, tenant)
+            assert row is not None
+            row.settings = {**(row.settings or {}), **changes}
+            await session.flush()
+            await self._audit_in(session, tenant, actor or "operator", "settings", None, changes)
             return dict(row.settings or {})
 
     async def admin_export(self, tenant: str, actor: str, user: str) -> dict[str, Any] | None:

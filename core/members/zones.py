@@ -56,12 +56,17 @@ class ProfileZones:
         seen = self._settled.get((tenant, user))
         if seen is not None and now - seen < RECHECK:
             return
-        async with self.sessions() as session, session.begin():
+        async with self.sessions() as session:
             member = await find_user(session, tenant, user)
             if member is None:
                 return
-            if not (member.settings or {}).get("timezone_from"):
-                await self._take(session, member, await lookup())
+            needed = not (member.settings or {}).get("timezone_from")
+        if needed:
+            zone = await lookup()  # the platform's API: no transaction open meanwhile
+            async with self.sessions() as session, session.begin():
+                member = await find_user(session, tenant, user, lock=True)
+                if member is not None and not (member.settings or {}).get("timezone_from"):
+                    await self._take(session, member, zone)
         self._settled[(tenant, user)] = now
 
     async def _take(self, session: AsyncSession, member: User, zone: str | None) -> None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Executable, Table, bindparam, delete, event, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.errors import BlockRefused
@@ -40,6 +41,7 @@ from core.models import (
     Reply,
     Summary,
     Tenant,
+    Usage,
     User,
 )
 from core.scope import Scope
@@ -120,6 +122,20 @@ class AgentStore:
         self.searchable = int(row[4] or 0)
         self.agent, self._locked_version = agent, agent.context_version
         event.listen(self.session.sync_session, "before_commit", self._seal)
+        return agent
+
+    async def relock(self) -> Agent:
+        """Lock the agent's row again in a new transaction of the same turn (after a model
+        call, which no transaction spans): the row read afresh, the version from it."""
+        assert self.agent is not None, "lock_agent first"
+        agent = await self.session.scalar(
+            select(Agent)
+            .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
+            .with_for_update(key_share=True)
+            .execution_options(populate_existing=True)
+        )
+        assert agent is not None, f"agent {self.scope.agent_id} vanished"
+        self.agent, self._locked_version, self._dirty = agent, agent.context_version, False
         return agent
 
     async def _changed(self) -> None:
@@ -292,6 +308,37 @@ class AgentStore:
         await terms.list_passage(self.session, self.scope, passage.id)
         self.passages_added += 1
         return passage
+
+    async def replies_to(self, event_id: int) -> list[str]:
+        """What the agent already answered to an event (a turn resumed after a crash)."""
+        rows = await self.session.scalars(
+            select(Reply.text)
+            .where(self._mine(Reply), Reply.event_id == event_id)
+            .order_by(Reply.id)
+        )
+        return list(rows)
+
+    async def add_usage(
+        self, day: date, tokens: int, calls: int, cached_tokens: int, completion_tokens: int
+    ) -> None:
+        """Add model calls' cost to the agent's row for the day (what budgets count)."""
+        if not tokens and not calls:
+            return
+        added = {
+            "tokens": tokens,
+            "calls": calls,
+            "cached_tokens": cached_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        statement = upsert(Usage).values(
+            agent_id=self.scope.agent_id, day=day, tenant_id=self.scope.tenant_id, **added
+        )
+        await self.session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[Usage.tenant_id, Usage.agent_id, Usage.day],
+                set_={name: getattr(Usage, name) + amount for name, amount in added.items()},
+            )
+        )
 
     async def add_outbox(self, text: str, event_id: int | None, now: datetime) -> None:
         self.session.add(

@@ -15,34 +15,34 @@ read): prompt, cached prompt and completion tokens as the provider reported them
 from __future__ import annotations
 
 import logging
-import time
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, nullcontext
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from core.config import EngineConfig
 from core.errors import MalformedOutput, ModelOutputError, ModelTimeout, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
-from core.memory.contexts import ContextCache
-from core.memory.executor import SCHEMAS, Outcome, execute
+from core.memory.executor import SCHEMAS, execute
+from core.memory.mind import (  # noqa: F401  (Mind and the results are the turn's words)
+    CallUsage,
+    MeteredModel,
+    Mind,
+    Pause,
+    Step,
+    TurnResult,
+)
 from core.memory.prompt import Assembled, cut_arguments
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
-from core.memory.tokens import TokenCounter
 from core.memory.tools import MAX_REPLY_CHARS, ToolContext
-from core.memory.window import MainContext, tools_tokens
+from core.memory.window import MainContext
 from core.models import Agent, Event
 from core.ports import (
-    ChatModel,
     Completion,
     Counter,
-    Embedder,
-    Metrics,
-    NoMetrics,
-    Timer,
     ToolCall,
 )
-from core.wire.health import WireHealth
 
 log = logging.getLogger(__name__)
 
@@ -62,98 +62,6 @@ MALFORMED_NOTE = (
     "you were given, or reply with send_message."
 )
 CUT_MARK = " [… cut short]"
-
-
-@dataclass(frozen=True)
-class Step:
-    thought: str | None
-    outcomes: tuple[Outcome, ...]
-    prompt_tokens: int
-
-
-@dataclass(frozen=True)
-class CallUsage:
-    """What one model call cost, as the provider reported it (else our estimate)."""
-
-    purpose: str  # "chat" (a step of the turn) or "summary"
-    prompt_tokens: int
-    cached_tokens: int  # of prompt_tokens, read from the provider's prompt cache
-    completion_tokens: int
-
-
-@dataclass
-class TurnResult:
-    event_id: int
-    replies: list[str] = field(default_factory=list)
-    steps: list[Step] = field(default_factory=list)
-    warnings: int = 0
-    flushes: int = 0
-    tokens: int = 0  # prompt + completion tokens of every model call, summaries included
-    model_calls: int = 0  # answered model calls, summaries included
-    error: str | None = None
-    calls: list[CallUsage] = field(default_factory=list)  # every answered call, in order
-
-    @property
-    def cached_tokens(self) -> int:
-        return sum(call.cached_tokens for call in self.calls)
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(call.completion_tokens for call in self.calls)
-
-
-@dataclass
-class Mind:
-    """What a turn needs besides the agent's own memory."""
-
-    model: ChatModel
-    counter: TokenCounter
-    config: EngineConfig
-    embedder: Embedder | None = None
-    metrics: Metrics = field(default_factory=NoMetrics)
-    # Agents' main contexts kept between turns in this process.
-    contexts: ContextCache = field(default_factory=ContextCache)
-    # What the process learns about the endpoint (shared with the chat model), for operators.
-    health: WireHealth = field(default_factory=WireHealth)
-
-
-@dataclass
-class MeteredModel:
-    """The chat model as a turn uses it: each call timed, calibrating the counter and
-    charged to `result` and the metrics, whoever makes it (the turn or the summarizer)."""
-
-    mind: Mind
-    result: TurnResult
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        cache_key: str | None = None,
-        estimate: int | None = None,
-    ) -> Completion:
-        """`estimate`: our raw count of the prompt when the caller has it (else counted)."""
-        counter, metrics = self.mind.counter, self.mind.metrics
-        raw = estimate if estimate is not None else counter.count_prompt(messages, tools)
-        started = time.perf_counter()
-        completion = await self.mind.model.complete(messages, tools, max_tokens, cache_key)
-        metrics.observe(Timer.MODEL, time.perf_counter() - started)
-        if tools:
-            self.mind.health.saw_prompt(raw, tools_tokens(), completion.prompt_tokens)
-        counter.calibrate(raw, completion.prompt_tokens)
-        prompt_tokens = completion.prompt_tokens or counter.scale(raw)
-        cached_tokens = min(completion.cached_tokens or 0, prompt_tokens)
-        completion_tokens = completion.completion_tokens or 0
-        metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
-        metrics.count(Counter.CACHED_TOKENS, cached_tokens)
-        metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
-        purpose = "chat" if tools else "summary"
-        usage = CallUsage(purpose, prompt_tokens, cached_tokens, completion_tokens)
-        self.result.calls.append(usage)
-        self.result.tokens += prompt_tokens + completion_tokens
-        self.result.model_calls += 1
-        return completion
 
 
 def _cleaned(completion: Completion) -> Completion:
@@ -195,8 +103,10 @@ class Turn:
         now: datetime,
         timezone: str,
         member_name: str | None = None,
+        pause: Pause = nullcontext,
     ) -> None:
         self.mind = mind
+        self.pause = pause
         self.member_name = member_name
         self.store = store
         self.agent = agent
@@ -204,7 +114,9 @@ class Turn:
         self.now = now
         self.timezone = timezone
         self.result = TurnResult(event.id)
-        self.model = MeteredModel(mind, self.result)
+        self.model = MeteredModel(mind, self.result, self._outside)
+        self.tools: ToolContext | None = None
+        self.written = (0, 0)  # replies and model calls already in the database
         self.context = MainContext(
             store,
             agent,
@@ -223,11 +135,12 @@ class Turn:
         self.told_malformed = False  # the model heard its output was unreadable
 
     async def run(self) -> TurnResult:
+        """The turn, from its start or, after a crash, from the last step it saved."""
         config = self.mind.config
         blocks = await self.store.blocks()
         payload = self.event.payload
-        await self.context.load(trigger_fields(self.event.kind, payload["text"]))
-        tools = ToolContext(
+        resumed = await self.context.load(trigger_fields(self.event.kind, payload["text"]))
+        self.tools = tools = ToolContext(
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
         persona = blocks["persona"].value if "persona" in blocks else ""
@@ -236,7 +149,11 @@ class Turn:
         if (payload.get("meta") or {}).get("purpose") == "upkeep":
             tools.may_send = False  # tidying memory, not talking
             max_steps = min(max_steps, config.schedule.upkeep_steps)
-        for _ in range(max_steps):
+        if resumed:  # what the earlier try said and did stays said and done
+            tools.sent = await self.store.replies_to(self.event.id)
+            self.written = (len(tools.sent), 0)
+            max_steps -= self.context.steps_taken()
+        for _ in range(max(max_steps, 0)):
             completion, tokens = await self._call(blocks)
             if not await self._step(completion, tools, tokens):
                 break
@@ -248,7 +165,37 @@ class Turn:
         self.result.warnings, self.result.flushes = self.context.warnings, self.context.flushes
         if self.event.kind == EventKind.USER_MESSAGE:
             self.mind.health.saw_turn(any(step.outcomes for step in self.result.steps))
+        await self.save_replies()
+        await self.save_usage()
         return self.result
+
+    @asynccontextmanager
+    async def _outside(self) -> AsyncIterator[None]:
+        """Around each model call: what the turn did so far is saved (and committed by the
+        pause, so it outlives this process), and no connection waits on the model."""
+        await self.save_replies()
+        await self.save_usage()
+        async with self.pause():
+            yield
+
+    async def save_replies(self) -> None:
+        """The replies sent since the last save, into the outbox."""
+        sent = self.tools.sent if self.tools else []
+        for text in sent[self.written[0] :]:
+            await self.store.add_outbox(text, self.event.id, self.now)
+        self.written = (len(sent), self.written[1])
+
+    async def save_usage(self) -> None:
+        """The model calls made since the last save, into the agent's usage of the day."""
+        new = self.result.calls[self.written[1] :]
+        await self.store.add_usage(
+            self.now.date(),
+            sum(c.prompt_tokens + c.completion_tokens for c in new),
+            len(new),
+            sum(c.cached_tokens for c in new),
+            sum(c.completion_tokens for c in new),
+        )
+        self.written = (self.written[0], len(self.result.calls))
 
     async def _call(self, blocks: dict) -> tuple[Completion, int]:
         """One model call on a fitted prompt: (its answer, the prompt's tokens).

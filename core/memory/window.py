@@ -99,8 +99,9 @@ class MainContext:
         self.warnings = 0
         self.flushes = 0
 
-    async def load(self, trigger: dict[str, Any]) -> None:
-        """Take up the queue and summary, then store the event's message (`trigger`) at its end."""
+    async def load(self, trigger: dict[str, Any]) -> bool:
+        """Take up the queue and summary, then store the event's message (`trigger`) at its
+        end; True when an earlier try of this event stored it (the turn goes on from there)."""
         agent = self.agent
         kept = self.contexts.get(agent.id, agent.context_version, self.basis)
         if kept is None:
@@ -113,7 +114,15 @@ class MainContext:
             self.summary, self.summary_shown = kept.summary, kept.summary_shown
         self.shown = [entry.shown for entry in self.queue]
         self.archival = self.store.passages  # counted when the row was locked
-        self.newest = await self.append(**trigger)
+        stored = next((e for e in self.queue if e.message.event_id == self.event_id), None)
+        self.newest = stored or await self.append(**trigger)
+        return stored is not None
+
+    def steps_taken(self) -> int:
+        """The model's answers to this event already in the queue (a resumed turn)."""
+        return sum(
+            e.message.event_id == self.event_id and e.role == "assistant" for e in self.queue
+        )
 
     def snapshot(self) -> Snapshot:
         """What this turn leaves for the agent's next one (valid once it commits)."""

@@ -7,6 +7,18 @@ from __future__ import annotations
 
 from core.errors import ModelError, ModelSetupError
 
+# A model that is down (unreachable, 5xx, 429 past retries, timing out): the message waits
+# for it, and the member hears this once per outage.
+WAITING_NOTICE = (
+    "I can't reach the model I think with right now. I have your message and will answer "
+    "as soon as it is back."
+)
+# ... unless the outage outlasts COMPANION_OUTAGE_MINUTES.
+UNANSWERED_REPLY = (
+    "Sorry, I could not answer your message from {when}: the model I think with was "
+    "unavailable for too long. Please ask again if it still matters."
+)
+
 MODEL_DOWN_REPLY = (
     "Sorry, I can't think right now: the model I use is not answering. Your message is "
     "saved; please try again in a little while."

@@ -12,12 +12,10 @@ from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
 from core.events import EventKind
-from core.memory.turn import TurnResult
 from core.models import Event, Usage
 from core.prices import Price, Spent
 from core.scope import Scope
@@ -83,26 +81,3 @@ async def over_limit(
         if _over(theirs, config.tenant_daily_tokens, config.tenant_daily_usd, price):
             return "budget", BUDGET_REPLY.format(whose=" for this community")
     return None
-
-
-async def record_usage(
-    session: AsyncSession, scope: Scope, result: TurnResult, now: datetime
-) -> None:
-    """Add what the turn's model calls cost to the agent's row for the day."""
-    if not result.tokens and not result.model_calls:
-        return
-    added = {
-        "tokens": result.tokens,
-        "calls": result.model_calls,
-        "cached_tokens": result.cached_tokens,
-        "completion_tokens": result.completion_tokens,
-    }
-    statement = insert(Usage).values(
-        agent_id=scope.agent_id, day=now.date(), tenant_id=scope.tenant_id, **added
-    )
-    await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[Usage.tenant_id, Usage.agent_id, Usage.day],
-            set_={name: getattr(Usage, name) + amount for name, amount in added.items()},
-        )
-    )

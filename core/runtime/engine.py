@@ -2,7 +2,9 @@
 
     submit(scope, event)   store the event (deduplicated) before any model call; with
                            `hold`, it waits for `release` (its files are being fetched)
-    answer(scope, id)      drain + hand over that event's replies (deliver or take)
+    answer(scope, id)      see_through + hand over that event's replies (deliver or take)
+    see_through(scope, id) drain until that event is handled (here or by the process that
+                           has the agent), or waits for a model that is down
     drain(scope)           handle the agent's pending events, oldest first, one at a time
     converse(scope, text)  submit + answer: what a chat front end wants
     store_file(scope, f)   a shared file into archival memory, with its user-action event
@@ -14,44 +16,42 @@
     for a clean shutdown, from `engine.activity`; what was stored from where, for reading
     a platform back after a restart, from `engine.seen`)
 
-Each event runs in its own transaction holding the agent's row lock, so one agent handles
-one event at a time across every process, in arrival order; the replies go to the outbox in
-that same transaction. A model failure rolls the turn back to a savepoint, keeps the
-member's message in recall, and answers with a clear apology instead of silence.
+A drain first claims the agent in Postgres (`Presence`): one process works on an agent at a
+time, its events one at a time, in arrival order. Each event's turn commits what it did
+before every model call and holds no connection while the model thinks (`Checkpoint`);
+what one event comes to (a turn, a limit, an apology, waiting for a model that is down) is
+`Handler`'s (core/runtime/handling.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent
-from core.errors import CompanionError, ModelError
-from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
+from core.errors import ClaimLost, CompanionError
+from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
-from core.memory.turn import Mind, Turn, TurnResult
-from core.memory.window import MainContext
-from core.models import Agent, Event
-from core.ports import Counter, Send, Timer
+from core.memory.turn import Mind, TurnResult
+from core.models import Event
+from core.ports import Send
 from core.runtime.activity import Activity
-from core.runtime.apologies import apology
-from core.runtime.budgets import over_limit, record_usage
 from core.runtime.gate import TurnGate
+from core.runtime.handling import DEFERRED, Handler, agent_events
 from core.runtime.outbox import Outbox
+from core.runtime.presence import Checkpoint, Claim, Presence
 from core.runtime.seen import Seen
-from core.schedule.planning import after_event
 from core.scope import Scope, enter_scope
 
 log = logging.getLogger(__name__)
@@ -76,14 +76,9 @@ class Exchange:
     result: TurnResult | None  # None when another process handled the event
 
 
-def _mine(scope: Scope) -> Any:
-    """The agent's own events."""
-    return (Event.tenant_id == scope.tenant_id) & (Event.agent_id == scope.agent_id)
-
-
 def _pending(scope: Scope, what: Any) -> Any:
     """A query for one of the agent's pending events."""
-    return select(what).where(_mine(scope), Event.status == EventStatus.PENDING).limit(1)
+    return select(what).where(agent_events(scope), Event.status == EventStatus.PENDING).limit(1)
 
 
 class Engine:
@@ -93,7 +88,7 @@ class Engine:
         mind: Mind,
         clock: Callable[[], datetime] = utcnow,
         embeddings: EmbeddingWorker | None = None,
-        turns_at_once: int = 10,
+        presence: Presence | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
@@ -102,7 +97,10 @@ class Engine:
         self.outbox = Outbox(sessions, clock)
         self.activity = Activity()
         self.seen = Seen(sessions)
-        self.gate = TurnGate(turns_at_once)  # who may take a connection for a turn, when
+        self.handler = Handler(mind, clock)  # what one event comes to, inside the claim
+        self.gate = TurnGate()  # one drain of an agent at a time in this process
+        # The agents this process works on, claimed in Postgres (one turn per agent at once).
+        self.presence = presence or Presence(sessions.kw["bind"])
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""
@@ -137,7 +135,7 @@ class Engine:
         if new_id is not None:
             return int(new_id), True
         existing = await session.scalar(
-            select(Event.id).where(_mine(scope), Event.dedup_key == event.dedup_key)
+            select(Event.id).where(agent_events(scope), Event.dedup_key == event.dedup_key)
         )
         if existing is None:  # the key's row exists but is not this agent's: cannot happen
             raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
@@ -159,7 +157,9 @@ class Engine:
             await enter_scope(session, scope)
             event = await session.scalar(
                 select(Event)
-                .where(_mine(scope), Event.id == event_id, Event.status == EventStatus.WAITING)
+                .where(
+                    agent_events(scope), Event.id == event_id, Event.status == EventStatus.WAITING
+                )
                 .with_for_update()
             )
             if event is not None:
@@ -221,116 +221,48 @@ class Engine:
         return event_id, new
 
     async def drain(self, scope: Scope) -> list[TurnResult]:
-        async with self.gate.turn(scope.agent_id):  # before taking a connection
-            return await self._drain(scope)
+        """Handle the agent's pending events, oldest first, unless another process is
+        working on the agent (it handles them all): what came of each one handled here."""
+        async with self.gate.turn(scope.agent_id):  # one drain of an agent per process
+            claim = await self.presence.claim(scope.agent_id)
+            if claim is None:
+                return []
+            try:
+                return await self._drain(scope, claim)
+            finally:
+                await self.presence.release(claim)
 
-    async def _drain(self, scope: Scope) -> list[TurnResult]:
+    async def _drain(self, scope: Scope, claim: Claim) -> list[TurnResult]:
         results: list[TurnResult] = []
         while True:
-            async with self.sessions() as session, session.begin():
+            async with self.sessions() as session:
                 await enter_scope(session, scope)
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 agent = await store.lock_agent()
+                await self.presence.confirm(session, claim)
                 event = await session.scalar(_pending(scope, Event).order_by(Event.id))
                 if event is None:
+                    await session.commit()
                     return results
+                pause = Checkpoint(session, store, self.presence, claim)
                 with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
-                    result, context = await self._handle(session, store, agent, event)
+                    try:
+                        result, context = await self.handler.handle(
+                            session, store, agent, event, pause
+                        )
+                    except ClaimLost:
+                        log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
+                        await session.rollback()
+                        return results
                 results.append(result)
-                more = await session.scalar(_pending(scope, Event.id))
+                more = None if result.deferred else await session.scalar(_pending(scope, Event.id))
+                await session.commit()
             if context is not None:  # committed: the agent's next turn here starts from it
                 self.mind.contexts.put(scope.agent_id, context.snapshot())
             if self.embeddings is not None:  # committed: the new messages get their vectors
                 self.embeddings.wake()
-            # An event stored after this check is drained by its own submitter, who waited
-            # for the lock this transaction held.
-            if more is None:
+            if more is None:  # one stored after this check is drained by its submitter
                 return results
-
-    async def _handle(
-        self, session: AsyncSession, store: AgentStore, agent: Agent, event: Event
-    ) -> tuple[TurnResult, MainContext | None]:
-        """Handle one event: (what came of it, the main context a completed turn left)."""
-        now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
-        context: MainContext | None = None
-        assert store.member is not None, "drain locked the agent"
-        tenant, user = store.member
-        limited = await over_limit(session, store.scope, event, now, self.mind.config)
-        if limited is not None:
-            reason, reply = limited
-            metrics.count(Counter.LIMITED, reason=reason)
-            result = TurnResult(event.id, error=f"limited: {reason}")
-            status, replies = (
-                EventStatus.LIMITED,
-                [reply] if event.kind == EventKind.USER_MESSAGE else [],
-            )
-        else:
-            result, status, replies, context = await self._think(
-                session, store, agent, event, now, user.timezone, user.display_name
-            )
-        if status != EventStatus.DONE:
-            # No turn happened (or it was rolled back): the member's words still go to recall,
-            # and into the FIFO queue, counted by the store like every message.
-            await store.append(
-                now, event_id=event.id, **trigger_fields(event.kind, event.payload["text"])
-            )
-        for text in replies:
-            await store.add_outbox(text, event.id, now)
-        event.status, event.error, event.processed_at = status, result.error, now
-        purpose = (event.payload.get("meta") or {}).get("purpose")
-        store.seal()  # with the schedule's changes to the row, in one UPDATE
-        after_event(
-            agent,
-            tenant,
-            user,
-            event.kind,
-            purpose,
-            status == EventStatus.DONE and bool(replies),
-            now,
-            self.mind.config.schedule,
-        )
-        await record_usage(session, store.scope, result, now)
-        metrics.count(Counter.EVENTS, kind=event.kind, status=status)
-        metrics.observe(Timer.TURN, time.perf_counter() - started)
-        result.replies = replies
-        return result, context
-
-    async def _think(
-        self,
-        session: AsyncSession,
-        store: AgentStore,
-        agent: Agent,
-        event: Event,
-        now: datetime,
-        timezone: str,
-        member_name: str | None,
-    ) -> tuple[TurnResult, EventStatus, list[str], MainContext | None]:
-        """Run the turn in a savepoint; a failure rolls it back and becomes an apology."""
-        turn = Turn(self.mind, store, agent, event, now, timezone, member_name)
-        try:
-            async with session.begin_nested():
-                result = await turn.run()
-            return result, EventStatus.DONE, result.replies, turn.context
-        except ModelError as error:
-            log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
-            self.mind.metrics.count(Counter.ERRORS, kind="model")
-            reply, problem = apology(error), str(error)
-        except Exception as error:
-            log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
-            self.mind.metrics.count(Counter.ERRORS, kind="internal")
-            reply, problem = apology(error), f"{type(error).__name__}: {error}"
-        await session.refresh(agent)
-        spent = turn.result  # model calls made before the failure are still paid for
-        failed = TurnResult(
-            event.id,
-            error=problem,
-            tokens=spent.tokens,
-            model_calls=spent.model_calls,
-            calls=spent.calls,
-        )
-        failed.steps = spent.steps
-        replies = [reply] if event.kind == EventKind.USER_MESSAGE else []
-        return failed, EventStatus.FAILED, replies, None
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None
@@ -343,13 +275,43 @@ class Engine:
         """Handle the agent's pending events, then hand over the replies to `event_id`:
         through `send` (each marked delivered once sent), or taken as they are."""
         async with self.activity.working():
-            results = {r.event_id: r for r in await self.drain(scope)}
+            results = await self.see_through(scope, event_id)
             if send is None:
                 replies = await self.outbox.take_replies(event_id)
             else:
                 fresh = event_id in results  # handled by this drain: nobody posted yet
                 replies = await self.outbox.deliver(scope, event_id, send, fresh)
             return Exchange(event_id, replies, results.get(event_id))
+
+    async def see_through(self, scope: Scope, event_id: int) -> dict[int, TurnResult]:
+        """Drain the agent until `event_id` is handled, here or by another process that has
+        the agent (it drains every pending event, this one too; if it stops, this process
+        takes over), or waits for a model that is down: what the drains here handled."""
+        results = {r.event_id: r for r in await self.drain(scope)}
+        wait = 0.02
+        while event_id not in results and await self._pending(scope, event_id):
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 1.0)
+            results.update((r.event_id, r) for r in await self.drain(scope))
+        return results
+
+    async def _pending(self, scope: Scope, event_id: int) -> bool:
+        """Is the event still pending, and not waiting for a model that is down?"""
+        async with self.sessions() as session:
+            row = (
+                await session.execute(
+                    select(Event.status, Event.error).where(
+                        agent_events(scope), Event.id == event_id
+                    )
+                )
+            ).first()
+        if row is None or row.status != EventStatus.PENDING:
+            return False
+        return not (row.error or "").startswith(DEFERRED)
+
+    async def aclose(self) -> None:
+        """Let go of the process's presence in the database (its claims go with it)."""
+        await self.presence.close()
 
     async def release_stale(self) -> int:
         """Release events held longer than HOLD_LIMIT (their fetcher died or gave up); the
@@ -371,20 +333,28 @@ class Engine:
             return count
 
     async def resume(self, at_once: int = 1) -> int:
-        """Drain every agent that has pending events (after a crash or restart), `at_once`
-        agents side by side; returns how many agents had some."""
+        """Drain every agent that has pending events (after a crash or restart, or while
+        the model is down), `at_once` agents side by side, the longest waiting first;
+        returns how many agents had some. While the model is down, until its next probe is
+        due, nothing is drained."""
         await self.release_stale()
+        outage = self.mind.health.outage
+        if not outage.due():
+            return 0
         async with self.sessions() as session:
             rows = await session.execute(
                 select(Event.tenant_id, Event.agent_id)
                 .where(Event.status == EventStatus.PENDING)
-                .distinct()
+                .group_by(Event.tenant_id, Event.agent_id)
+                .order_by(func.min(Event.id))
             )
             scopes = [Scope(t, a) for t, a in rows.all()]
         slots = asyncio.Semaphore(max(1, at_once))
 
         async def resume_one(scope: Scope) -> None:
             async with slots:
+                if not outage.due():  # it went down meanwhile: the rest wait with it
+                    return
                 try:
                     await self.drain(scope)
                 except CompanionError:

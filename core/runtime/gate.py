@@ -1,16 +1,10 @@
-"""Who may start a turn in this process, before it takes a database connection.
+"""One drain of an agent at a time in this process, before anything else is taken.
 
-    gate.turn(agent_id)   wait for this process's turn of that agent to end, then for a
-                          free slot; only then open the transaction that locks the agent
+    gate.turn(agent_id)   wait for this process's drain of that agent to end
 
-A turn holds a pooled connection from its agent's row lock to its commit, model calls
-included. Without this gate, every handler of a busy agent would take a connection only to
-wait for that row lock, and a few chatty members could hold the whole pool: the messages of
-everyone else, the deliveries and /readyz would then wait for a connection and time out.
-Waiting here costs no connection: one handler per agent (per process) waits on the row lock
-(for a turn of another process), and at most `slots` turns hold connections at once, which
-leaves the rest of the pool to storing events, delivering replies and health checks. The row
-lock still keeps one turn per agent across processes.
+Handlers of a busy agent (a member who writes several messages at once) wait here, holding
+nothing: no connection, no claim. Across processes the agent's claim (core.runtime.presence)
+keeps its turns one at a time; this keeps a process from asking for its own claim twice.
 """
 
 from __future__ import annotations
@@ -21,8 +15,7 @@ from contextlib import asynccontextmanager
 
 
 class TurnGate:
-    def __init__(self, slots: int) -> None:
-        self._slots = asyncio.Semaphore(max(1, slots))
+    def __init__(self) -> None:
         self._agents: dict[int, tuple[asyncio.Lock, int]] = {}  # agent -> (lock, users)
 
     @asynccontextmanager
@@ -30,7 +23,7 @@ class TurnGate:
         lock, users = self._agents.get(agent_id, (asyncio.Lock(), 0))
         self._agents[agent_id] = (lock, users + 1)
         try:
-            async with lock, self._slots:
+            async with lock:
                 yield
         finally:
             lock, users = self._agents[agent_id]

@@ -198,7 +198,7 @@ class Outbox:
                     .where(
                         Reply.delivered_at.is_(None),
                         Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-                        Reply.created_at < cutoff,
+                        Reply.created_at <= cutoff,
                         Tenant.key != "local",
                         Tenant.departed_at.is_(None),  # the platform removed the bot
                     )
@@ -243,6 +243,25 @@ class Outbox:
             )
             return [text for _, text in sorted(rows.all())]
 
+    async def take_earlier(self, scope: Scope, event_id: int, meta: dict[str, Any]) -> list[str]:
+        """The undelivered replies to the member's events before `event_id` whose sender
+        recorded `meta` (the same sender: answers that waited for a model that was down),
+        taken, oldest first."""
+        theirs = select(Event.id).where(
+            Event.tenant_id == scope.tenant_id,
+            Event.agent_id == scope.agent_id,
+            Event.id < event_id,
+            Event.payload["meta"].contains(meta),
+        )
+        async with self.sessions() as session, session.begin():
+            rows = await session.execute(
+                update(Reply)
+                .where(Reply.delivered_at.is_(None), Reply.event_id.in_(theirs))
+                .values(delivered_at=self.clock())
+                .returning(Reply.id, Reply.text)
+            )
+            return [text for _, text in sorted(rows.all())]
+
     async def take_waiting(
         self, scope: Scope, stale: timedelta = timedelta(seconds=30)
     ) -> list[str]:
@@ -261,7 +280,7 @@ class Outbox:
                     Reply.tenant_id == scope.tenant_id,
                     Reply.agent_id == scope.agent_id,
                     Reply.delivered_at.is_(None),
-                    Reply.event_id.in_(started) | (Reply.created_at < self.clock() - stale),
+                    Reply.event_id.in_(started) | (Reply.created_at <= self.clock() - stale),
                 )
                 .values(delivered_at=self.clock())
                 .returning(Reply.id, Reply.text)

@@ -40,7 +40,7 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
         found = await claim_due(session, now, engine.mind.config.schedule)
     report = TickReport(found.claimed, found.respread)
     for claim in found.claimed:
-        handled = {result.event_id for result in await engine.drain(claim.scope)}
+        handled = await engine.see_through(claim.scope, claim.event_id)
         if claim.purpose != "opener":
             continue
         if not await engine.outbox.undelivered(claim.event_id):

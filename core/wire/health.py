@@ -8,7 +8,9 @@
                                    function schemas, against ours: far below it, with about
                                    the schemas missing, means the server dropped them
     saw_turn(called)               whether a member's turn called any function
-    state()                        (state, detail) for /readyz: ok, refused, no_functions
+    outage                         whether the endpoint is down (`core.wire.outage`)
+    state()                        (state, detail) for /readyz: ok, down, refused,
+                                   no_functions
 
 Without functions the agent cannot save, search or page: the product silently stops being
 MemGPT. Either sign is logged once per process at WARNING, with what to change.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from core.errors import ModelSetupError
+from core.wire.outage import Outage
 
 log = logging.getLogger("companion.model")
 
@@ -33,7 +36,8 @@ TOOLS_FIX = (
 
 
 class WireHealth:
-    def __init__(self) -> None:
+    def __init__(self, outage: Outage | None = None) -> None:
+        self.outage = outage or Outage()
         self.setup_error: ModelSetupError | None = None
         self.warned: set[str] = set()
         self.dropped_signs = 0
@@ -46,7 +50,9 @@ class WireHealth:
             log.error("%s; to fix: %s", error, error.fix)
 
     def answered(self) -> None:
+        """A request went through (or was refused for what it said: the endpoint is up)."""
         self.setup_error = None
+        self.outage.answered()
 
     def saw_prompt(self, ours: int, schemas: int, theirs: int | None) -> None:
         """`ours`: our count of a prompt with `schemas` tokens of function schemas;
@@ -73,6 +79,9 @@ class WireHealth:
             self._suspect("silent", detail)
 
     def state(self) -> tuple[str, str]:
+        if self.outage.down_since is not None:
+            since = self.outage.down_since.strftime("%Y-%m-%d %H:%M:%S UTC")
+            return "down", f"unreachable since {since}: {self.outage.reason}"
         if self.setup_error is not None:
             return "refused", f"{self.setup_error}; to fix: {self.setup_error.fix}"
         if self.tools_suspect is not None:

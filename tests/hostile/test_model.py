@@ -16,7 +16,7 @@ from aiohttp import web
 
 from core.events import EventKind, InboundEvent
 from core.memory.turn import STEP_CAP_REPLY
-from core.runtime.apologies import MODEL_DOWN_REPLY, MODEL_SETUP_REPLY
+from core.runtime.apologies import MODEL_SETUP_REPLY, WAITING_NOTICE
 from tests.fake_openai import (
     calls,
     completion,
@@ -382,7 +382,8 @@ async def test_model_http_errors(engines, module_fake, module_sessions, spec):
     exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello?"))
     (reply,) = exchange.replies
     assert_clear(reply)
-    # Kind, and without the server's words: a 4xx will repeat (the setup), a 5xx may pass.
-    assert reply == (MODEL_DOWN_REPLY if code >= 500 else MODEL_SETUP_REPLY)
+    # Kind, and without the server's words: a 4xx will repeat (the setup); a 5xx means the
+    # endpoint is down, and the message waits for it.
+    assert reply == (WAITING_NOTICE if code >= 500 else MODEL_SETUP_REPLY)
     assert str(code) not in reply and "garbage" not in reply and "html" not in reply
     assert await said(module_sessions, scope) == ["hello?"]

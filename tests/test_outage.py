@@ -1,0 +1,143 @@
+"""An outage of the model endpoint loses no conversation.
+
+Found: with the chat endpoint answering 503 for 75 seconds, each of 12 DMs got its own
+apology and was marked failed; none was answered once the model came back. Now a message
+that meets a model that is down waits, pending, with one notice to its member per outage;
+the endpoint is not asked again until a probe is due; the run loop's backlog pass (resume,
+then delivery) answers every waiting message in order once it is back; a message that
+waited past COMPANION_OUTAGE_MINUTES is told it went unanswered. Driven through the real
+Bolt app, the real openai client and the fake endpoint's outage.
+"""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from adapters.common import Services
+from adapters.slack.events import dm_sender, one_workspace, reply_sender
+from bot.chat import run_chat
+from bot.delivery import Router
+from bot.observability import PrometheusMetrics
+from core.config import EngineConfig
+from core.events import EventKind, EventStatus, InboundEvent
+from core.models import Event
+from core.runtime.apologies import WAITING_NOTICE
+from core.wire.outage import LONGEST_WAIT
+from tests.fake_openai import default_brain
+from tests.rigs import slack_message, slack_rig
+
+
+async def backlog(engine, slack) -> None:
+    """What `companion run` does every few seconds: resume, then deliver at once."""
+    router = Router()
+    clients = one_workspace(slack.app.client)
+    router.add("slack", dm_sender(clients), reply_sender(clients))
+    if await engine.resume():
+        await engine.outbox.redeliver(timedelta(0), router)
+
+
+def texts(slack) -> list[str]:
+    return [post["text"] for post in slack.posted()]
+
+
+async def test_a_member_who_writes_during_an_outage_is_answered_after_it_in_order(
+    engine, members, fake, clock
+):
+    fake.brain = default_brain
+    async with slack_rig(Services(engine, members), users=("U1",)) as slack:
+        await slack.dispatch(slack_message(text="before"))
+        fake.down = 503
+        for words in ("one", "two", "three"):
+            await slack.dispatch(slack_message(text=words))
+            clock.advance(seconds=1)
+        assert texts(slack) == ["You said: before", WAITING_NOTICE]
+        assert fake.down_calls == 1, "a down endpoint was asked again before a probe was due"
+        assert engine.mind.health.state()[0] == "down"
+
+        clock.advance(seconds=LONGEST_WAIT)  # a probe is due; the endpoint is still down
+        await backlog(engine, slack)
+        assert fake.down_calls == 2 and texts(slack)[2:] == []
+
+        fake.down = None
+        clock.advance(seconds=LONGEST_WAIT)
+        await backlog(engine, slack)
+        assert texts(slack)[2:] == ["You said: one", "You said: two", "You said: three"]
+        assert {post["channel"] for post in slack.posted()} == {"D1"}
+        assert engine.mind.health.state()[0] == "ok"
+
+        # The next outage is news again: one more notice.
+        fake.down = 503
+        await slack.dispatch(slack_message(text="four"))
+        await slack.dispatch(slack_message(text="five"))
+        assert texts(slack)[5:] == [WAITING_NOTICE]
+        await backlog(engine, slack)  # no probe due yet: nothing asked, nothing sent
+        assert fake.down_calls == 3 and texts(slack)[6:] == []
+
+
+async def test_metrics_count_what_waits_for_the_model(engine, members, fake, sessions):
+    fake.brain = default_brain
+    metrics = PrometheusMetrics(sessions, engine.mind.health.outage)
+    async with slack_rig(Services(engine, members), users=("U1", "U2")) as slack:
+        fake.down = 502
+        await slack.dispatch(slack_message(user="U1", channel="D1", text="hi"))
+        await slack.dispatch(slack_message(user="U2", channel="D2", text="hello"))
+        await slack.dispatch(slack_message(user="U2", channel="D2", text="anyone?"))
+        assert texts(slack) == [WAITING_NOTICE, WAITING_NOTICE]  # one each
+    page = (await metrics.exposition()).decode()
+    assert "companion_model_up 0.0" in page
+    assert 'companion_queue_depth{queue="waiting_for_model"} 3.0' in page
+
+
+async def test_a_message_that_waited_too_long_is_told_so_without_a_model_call(
+    make_engine_for, members, fake, clock, sessions
+):
+    engine = make_engine_for(EngineConfig(outage_wait=timedelta(hours=2)))
+    fake.brain = default_brain
+    async with slack_rig(Services(engine, members), users=("U1",)) as slack:
+        fake.down = 503
+        await slack.dispatch(slack_message(text="are you there?"))
+        fake.down = None
+        clock.advance(hours=3)
+        asked = len(fake.requests)
+        await backlog(engine, slack)
+        told = texts(slack)
+    assert told[0] == WAITING_NOTICE
+    assert len(told) == 2 and "could not answer your message from" in told[1]
+    assert len(fake.requests) == asked, "a message given up on still went to the model"
+    async with sessions() as session:
+        event = await session.scalar(select(Event).order_by(Event.id.desc()))
+    assert event.status == EventStatus.FAILED
+
+
+async def test_scheduled_events_wait_without_a_notice(engine, fake, clock, sessions):
+    fake.brain = default_brain
+    scope = await engine.agent("t", "ana")
+    fake.down = 503
+    opener = InboundEvent(EventKind.SCHEDULED, "[opener] ask how the exam went")
+    said = await engine.converse(scope, opener)
+    assert said.replies == []
+    assert said.result is not None and said.result.deferred
+    fake.down = None
+    clock.advance(seconds=LONGEST_WAIT)
+    asked = len(fake.requests)
+    assert await engine.resume() == 1
+    assert len(fake.requests) > asked
+    async with sessions() as session:
+        event = await session.get(Event, said.event_id)
+    assert event is not None and event.status == EventStatus.DONE
+
+
+async def test_the_terminal_shows_what_waited_before_the_next_answer(engine, members, fake, clock):
+    fake.brain = default_brain
+    fake.down = 503
+    first = io.StringIO()
+    await run_chat(engine, members, "local", "ana", False, io.StringIO("one\ntwo\n"), first)
+    assert first.getvalue() == WAITING_NOTICE + "\n"
+    fake.down = None
+    clock.advance(seconds=LONGEST_WAIT)
+    later = io.StringIO()
+    await run_chat(engine, members, "local", "ana", False, io.StringIO("three\n"), later)
+    assert later.getvalue().splitlines() == ["You said: one", "You said: two", "You said: three"]
