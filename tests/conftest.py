@@ -19,7 +19,9 @@ the tests of one module, for a corpus of many cases that each use a member of th
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -27,12 +29,15 @@ import shutil
 import signal
 import sys
 import tempfile
+import traceback
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TextIO
 
 import openai
 import pytest
@@ -422,3 +427,130 @@ async def companion(env: dict, *args: str, stdin: str = "") -> Run:
         ) from None
     assert proc.returncode is not None
     return Run(proc.returncode, out.decode(), err.decode())
+
+
+# --- `companion ARGS` in this process ----------------------------------------------------------
+
+# Each command run in this process reads and writes its own streams: sys.stdin, sys.stdout and
+# sys.stderr are routed by this variable, which its thread, its event loop's tasks and their
+# `asyncio.to_thread` calls inherit; code outside a command meets the streams it had before.
+_command_streams: ContextVar[tuple[TextIO, TextIO, TextIO] | None] = ContextVar(
+    "command_streams", default=None
+)
+
+
+class _Routed:
+    """One of sys.stdin / sys.stdout / sys.stderr while commands run in this process."""
+
+    def __init__(self, index: int, before: TextIO) -> None:
+        self._index, self._before = index, before
+
+    def _stream(self) -> TextIO:
+        streams = _command_streams.get()
+        return self._before if streams is None else streams[self._index]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stream())
+
+
+class _InProcess:
+    """What commands running in this process share, set for them and put back when the last
+    of them ends: the environment (commands run at once must have the same), the routed
+    streams, the root logger's handlers (`configure_logging` replaces them) and discord.py's
+    hosts (DISCORD_API_URL sets them for the whole process: `use_discord_hosts`)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.env: dict[str, str] = {}
+        self.restore: Callable[[], None] | None = None
+
+    def enter(self, env: dict[str, str]) -> None:
+        if self.running:
+            assert env == self.env, "commands run at once in this process share one environment"
+        else:
+            self.restore = self._save()
+            os.environ.clear()
+            os.environ.update(env)
+            self.env = dict(env)
+            sys.stdin, sys.stdout, sys.stderr = (
+                _Routed(i, s) for i, s in enumerate((sys.stdin, sys.stdout, sys.stderr))
+            )
+        self.running += 1
+
+    def leave(self) -> None:
+        self.running -= 1
+        if not self.running and self.restore is not None:
+            self.restore()
+            self.restore = None
+
+    @staticmethod
+    def _save() -> Callable[[], None]:
+        import discord
+
+        environ, streams = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        hosts = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+
+        def restore() -> None:
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.stdin, sys.stdout, sys.stderr = streams
+            for handler in root.handlers[:]:
+                root.removeHandler(handler)
+            for handler in handlers:
+                root.addHandler(handler)
+            root.setLevel(level)
+            discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = hosts
+
+        return restore
+
+
+_in_process = _InProcess()
+
+
+async def run_cli(env: dict, *args: str, stdin: str = "") -> Run:
+    """`companion ARGS` as `companion` above runs it (environment `env`, `stdin` piped in, so
+    never a terminal; exit status, stdout, stderr) but in this process, in a thread of its
+    own: the same `bot.cli.main`, without 3 s of imports per command. For what a command
+    prints, returns and changes; a test about the process itself uses `companion`.
+
+    An exception out of `main` is what a person would see as a traceback; a command still
+    running after COMMAND_SECONDS fails the test showing where every thread was."""
+    import bot.cli
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def main() -> int:
+        _command_streams.set((io.StringIO(stdin), out, err))
+        try:
+            return bot.cli.main(list(args))
+        except SystemExit as exit_:  # argparse: --help, --version, a wrong argument
+            if exit_.code is None or isinstance(exit_.code, int):
+                return exit_.code or 0
+            err.write(f"{exit_.code}\n")  # as Python prints it on its way out
+            return 1
+        except Exception:
+            err.write(traceback.format_exc())
+            return 1
+
+    _in_process.enter(env)
+    try:
+        running = asyncio.ensure_future(asyncio.to_thread(main))
+        try:
+            code = await asyncio.wait_for(asyncio.shield(running), COMMAND_SECONDS)
+        except TimeoutError:
+            stacks = "\n".join(
+                f"thread {ident}:\n{''.join(traceback.format_stack(frame))}"
+                for ident, frame in sys._current_frames().items()
+            )
+            raise AssertionError(
+                f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
+                f"stdout: {out.getvalue()[-2000:]!r}; stderr: {err.getvalue()[-4000:]!r}\n{stacks}"
+            ) from None
+    finally:
+        _in_process.leave()
+    return Run(code, out.getvalue(), err.getvalue())
