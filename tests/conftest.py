@@ -163,9 +163,10 @@ class SchemaCopier:
 
     async def new(self, name: str) -> str:
         async with self.lock:
-            if self.dumps and self.roles != (roles := await self._roles()):
-                self.roles, self.template = roles, f"{name}_template"
-                await migrated_schema(self.pg_url, self.template)
+            if self.dumps and self.roles != await self._roles():
+                self.template = f"{name}_template"
+                await migrated_schema(self.pg_url, self.template)  # may create companion_app
+                self.roles = await self._roles()
                 self.script = await self._dump()
                 self.dumps = self.script is not None
         if self.script is None:
