@@ -19,6 +19,7 @@ the tests of one module, for a corpus of many cases that each use a member of th
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import itertools
 import logging
@@ -27,8 +28,10 @@ import re
 import secrets
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
+import threading
 import traceback
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -249,6 +252,13 @@ async def _sessions_on(pg_url: str, schema: str) -> AsyncIterator[async_sessionm
     await engine.dispose()
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every model client the tests build: each would load the machine's
+    CA certificates again (40 ms of CPU, 356 clients a run); the fake speaks plain HTTP."""
+    return ssl.create_default_context()
+
+
 @asynccontextmanager
 async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIterator[Callable]:
     clients: list[openai.AsyncOpenAI] = []
@@ -261,7 +271,13 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         turns_at_once: int = 10,
     ) -> Engine:
         client = openai.AsyncOpenAI(
-            base_url=fake.base_url, api_key="test", max_retries=retries, timeout=timeout
+            base_url=fake.base_url,
+            api_key="test",
+            max_retries=retries,
+            timeout=timeout,
+            http_client=openai.DefaultAsyncHttpxClient(
+                base_url=fake.base_url, timeout=timeout, verify=_tls_context()
+            ),
         )
         clients.append(client)
         embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
@@ -544,14 +560,30 @@ async def run_cli(env: dict, *args: str, stdin: str = "") -> Run:
         try:
             code = await asyncio.wait_for(asyncio.shield(running), COMMAND_SECONDS)
         except TimeoutError:
-            stacks = "\n".join(
-                f"thread {ident}:\n{''.join(traceback.format_stack(frame))}"
-                for ident, frame in sys._current_frames().items()
-            )
             raise AssertionError(
                 f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
-                f"stdout: {out.getvalue()[-2000:]!r}; stderr: {err.getvalue()[-4000:]!r}\n{stacks}"
+                f"stdout: {out.getvalue()[-2000:]!r}; stderr: {err.getvalue()[-4000:]!r}\n"
+                f"{_where_everything_is()}"
             ) from None
     finally:
         _in_process.leave()
     return Run(code, out.getvalue(), err.getvalue())
+
+
+def _where_everything_is() -> str:
+    """Every thread's stack, and every task of each event loop running in another thread."""
+    lines = []
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"thread {ident}:\n{''.join(traceback.format_stack(frame))}")
+        if ident == threading.get_ident():
+            continue
+        caller: Any = frame
+        while caller is not None and caller.f_code.co_name != "run_until_complete":
+            caller = caller.f_back
+        if caller is None:
+            continue
+        for task in asyncio.all_tasks(caller.f_locals["self"]):
+            stack = io.StringIO()
+            task.print_stack(file=stack)
+            lines.append(f"  task {task.get_name()}: {stack.getvalue()}")
+    return "\n".join(lines)
