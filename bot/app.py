@@ -21,7 +21,7 @@ from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
-from core.llm import OpenAIChat, OpenAIEmbedder
+from core.llm import Generation, OpenAIChat, OpenAIEmbedder
 from core.local_embedder import LocalEmbedder
 from core.members.access import Access
 from core.members.community import Community
@@ -34,6 +34,7 @@ from core.memory.turn import Mind
 from core.memory.window import check_window
 from core.ports import ChatModel, Embedder
 from core.runtime.engine import Engine, utcnow
+from core.wire.health import WireHealth
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,17 @@ async def open_app(
                 raise _mismatch(settings, held_dim)
             else:
                 embedder = None  # export, import, reset: rows get vectors from a later pass
-        model: ChatModel = OpenAIChat(client, settings.model or "unset")
+        wire = WireHealth()
+        generation = Generation(settings.temperature, settings.top_p)
+        model: ChatModel = OpenAIChat(
+            client,
+            settings.model or "unset",
+            generation=generation,
+            health=wire,
+            retries=settings.model_retries,
+        )
         metrics = PrometheusMetrics(sessions)
-        mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics)
+        mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics, health=wire)
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
         # Turns take at most half the pool (POOL_SIZE of 2 x POOL_SIZE connections): the rest

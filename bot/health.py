@@ -3,7 +3,9 @@
     GET /healthz   200 while the process serves requests at all
     GET /readyz    200 when the database answers `SELECT 1` within 2 s and every configured
                    platform is connected; otherwise 503 with {"ready": false, "reason": ...};
-                   both carry "platforms": {name: {"state": ..., "detail": ...}}
+                   both carry "platforms": {name: {"state": ..., "detail": ...}} and "model":
+                   {"state": ok | refused | no_functions, "detail": ...} (the endpoint as
+                   the process has seen it: detail for the operator, not unreadiness)
     GET /metrics   the Prometheus text format (bot.observability.PrometheusMetrics)
 
 A platform's state is `starting`, `connected`, `retrying` (unreachable, or reconnecting:
@@ -28,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.observability import PrometheusMetrics
+from core.wire.health import WireHealth
 
 DATABASE_TIMEOUT = 2.0
 log = logging.getLogger("companion.platforms")
@@ -44,6 +47,7 @@ class PlatformState:
 class Health:
     sessions: async_sessionmaker[AsyncSession]
     metrics: PrometheusMetrics
+    wire: WireHealth = field(default_factory=WireHealth)  # the model endpoint, as seen so far
     started: bool = False  # set by `companion run` once it serves, cleared on stop
     platforms: dict[str, PlatformState] = field(default_factory=dict)
 
@@ -76,6 +80,13 @@ class Health:
     def states(self) -> dict[str, dict[str, str]]:
         return {name: {"state": p.state, "detail": p.detail} for name, p in self.platforms.items()}
 
+    def model(self) -> dict[str, str]:
+        """The model endpoint: ok, refused (a setup error, with its fix) or no_functions (it
+        seems not to call functions). Events are still stored and answered when it is fixed,
+        so this is detail, not unreadiness."""
+        state, detail = self.wire.state()
+        return {"state": state, "detail": detail}
+
 
 def add_health_routes(app: web.Application, health: Health) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
@@ -83,11 +94,11 @@ def add_health_routes(app: web.Application, health: Health) -> web.Application:
 
     async def readyz(request: web.Request) -> web.Response:
         reason = await health.problem()
-        platforms = health.states()
+        platforms, model = health.states(), health.model()
         if reason:
-            body = {"ready": False, "reason": reason, "platforms": platforms}
+            body = {"ready": False, "reason": reason, "platforms": platforms, "model": model}
             return web.json_response(body, status=503)
-        return web.json_response({"ready": True, "platforms": platforms})
+        return web.json_response({"ready": True, "platforms": platforms, "model": model})
 
     async def metrics(request: web.Request) -> web.Response:
         body = await health.metrics.exposition()

@@ -177,6 +177,15 @@ COUNTERS: dict[Counter, tuple[str, tuple[str, ...]]] = {
     ),
     Counter.COMPLETION_TOKENS: ("Completion tokens received from the model", ()),
     Counter.LIMITED: ("Events refused by a rate limit or token budget", ("reason",)),
+    Counter.WIRE_REPAIRS: (
+        "Repairs made to requests built from a damaged history (an unanswered call...)",
+        ("kind",),
+    ),
+    Counter.MODEL_RETRIES: (
+        "Steps asked again: a timeout waited out, unreadable output or a cut call the model "
+        "was told about",
+        ("reason",),
+    ),
 }
 TIMERS: dict[Timer, tuple[str, tuple[str, ...]]] = {
     Timer.MODEL: ("Duration of one chat-model call", ()),

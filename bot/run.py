@@ -129,7 +129,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     )
     router = Router()
     app.engine.outbox.platforms = router  # answers go out in the order members wrote
-    health = Health(app.sessions, app.metrics)
+    health = Health(app.sessions, app.metrics, app.engine.mind.health)
     host, port = settings.http_host, settings.http_port
 
     def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes

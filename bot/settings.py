@@ -31,6 +31,19 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 
     return value
 
 
+def _number(env: Mapping[str, str], name: str, low: float, high: float, hint: str) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, {hint}, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be {hint}, got {raw!r}")
+    return value
+
+
 def _text(env: Mapping[str, str], name: str) -> str | None:
     return env.get(name, "").strip() or None
 
@@ -170,6 +183,9 @@ class Settings:
     data_dir: Path = Path("data")
     model_timeout: float = 60.0
     model_retries: int = 3
+    max_output_tokens: int | None = None  # None: min(1024, window / 8)
+    temperature: float | None = None  # None: the server's default
+    top_p: float | None = None
     discord_token: str | None = None
     discord_api_url: str | None = None
     discord_gateway_url: str | None = None
@@ -210,6 +226,9 @@ class Settings:
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
+            max_output_tokens=_int(env, "COMPANION_MAX_OUTPUT_TOKENS", None, minimum=64),
+            temperature=_number(env, "COMPANION_TEMPERATURE", 0, 2, "from 0 to 2, e.g. 0.7"),
+            top_p=_number(env, "COMPANION_TOP_P", 0, 1, "from 0 to 1, e.g. 0.9"),
             discord_token=_text(env, "DISCORD_TOKEN"),
             discord_api_url=_text(env, "DISCORD_API_URL"),
             discord_gateway_url=_text(env, "DISCORD_GATEWAY_URL"),
@@ -325,9 +344,15 @@ class Settings:
     def engine_config(self) -> EngineConfig:
         window = self.window
         limit, seconds = self.rate_limit or (None, 3600)
+        reserve = self.max_output_tokens or min(1024, window // 8)
+        if reserve > window // 2:
+            raise ConfigError(
+                f"COMPANION_MAX_OUTPUT_TOKENS ({reserve}) must be at most half the context "
+                f"window ({window} tokens): the rest holds the prompt"
+            )
         return EngineConfig(
             context_window=window,
-            reply_reserve=min(1024, window // 8),
+            reply_reserve=reserve,
             rate_limit=limit,
             rate_window=timedelta(seconds=seconds),
             tenant_daily_tokens=self.tenant_daily_tokens,

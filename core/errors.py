@@ -4,7 +4,11 @@
     ├── ConfigError            a setting is missing or wrong (for the operator, one line)
     ├── ModelError             the model endpoint failed for good (after retries)
     │   ├── ModelOutputError   it answered, but with something unusable
-    │   └── PromptTooLong      it refused the prompt as longer than its context window
+    │   │   └── MalformedOutput   the server could not read the model's output as a call
+    │   ├── PromptTooLong      it refused the prompt as longer than its context window
+    │   ├── ModelTimeout       no answer within the timeout
+    │   ├── ModelUnavailable   down, overloaded or rate-limiting, after retries: it may pass
+    │   └── ModelSetupError    it refuses our requests as it is set up: `fix` says what to do
     ├── EmbeddingError         the embedding endpoint failed
     │   └── WrongDimension     it answered with vectors of another size than the database's
     ├── ToolError              a function call the model made cannot run; fed back to the model
@@ -44,6 +48,29 @@ class ModelError(CompanionError):
 
 class ModelOutputError(ModelError):
     """The chat model answered with something the engine cannot use."""
+
+
+class MalformedOutput(ModelOutputError):
+    """The server could not read what the model wrote as a function call (llama.cpp answers
+    HTTP 500 for it): the model is told, as for a bad call."""
+
+
+class ModelTimeout(ModelError):
+    """The model did not answer within the timeout (the generation may still be running)."""
+
+
+class ModelUnavailable(ModelError):
+    """The endpoint is down, overloaded or rate-limiting us, after retries: it may pass."""
+
+
+class ModelSetupError(ModelError):
+    """The endpoint refuses our requests as it is set up (a 4xx that will repeat).
+
+    `fix` is what the operator changes; members are never shown either."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
 
 
 class PromptTooLong(ModelError):

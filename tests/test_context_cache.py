@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 
 from sqlalchemy import event, select, update
 
@@ -24,6 +23,7 @@ from tests.fake_openai import (
     is_summary_request,
     last,
     last_user_text,
+    person_said,
     say,
     summary_of,
     tool_call,
@@ -58,12 +58,21 @@ class Forgetful(ContextCache):
 
 
 def without_call_ids(requests: list[dict]) -> list[dict]:
-    """The bodies with the fake's random tool-call ids numbered in order of appearance."""
-    text = json.dumps(requests)
-    ids = dict.fromkeys(re.findall(r"call_[0-9a-f]{10}", text))
-    for n, found in enumerate(ids):
-        text = text.replace(found, f"call-{n}")
-    return json.loads(text)
+    """The bodies with the random tool-call ids (the fake's, as the wire shows them)
+    numbered in order of appearance."""
+    numbers: dict[str, str] = {}
+
+    def number(found: str) -> str:
+        return numbers.setdefault(found, f"call-{len(numbers)}")
+
+    bodies = json.loads(json.dumps(requests))
+    for body in bodies:
+        for message in body["messages"]:
+            if message.get("tool_call_id"):
+                message["tool_call_id"] = number(message["tool_call_id"])
+            for call in message.get("tool_calls") or ():
+                call["id"] = number(call["id"])
+    return bodies
 
 
 def texts(seed: int, n: int) -> list[str]:
@@ -134,7 +143,7 @@ async def test_another_process_changes_the_queue_and_the_copy_is_not_used(
     await two.converse(scope, msg("second, in process two"))
     clock.advance(minutes=1)
     await one.converse(scope, msg("third, in process one"))
-    said = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "user"]
+    said = person_said(fake.chat_requests[-1])
     assert [s for s in said if "process" in s] == [
         "first, in process one",
         "second, in process two",
@@ -157,8 +166,8 @@ async def test_messages_kept_without_a_turn_reach_the_next_prompt(make_engine_fo
     assert failed.replies[0].startswith("Sorry, I can't think right now")
     clock.advance(minutes=1)
     await engine.converse(scope, msg("five"))
-    said = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "user"]
-    words = [s for s in said if not s.startswith("[system alert]")]
+    said = person_said(fake.chat_requests[-1])
+    words = said
     assert words == ["one", "two", "three, over the limit", "four, the model is down", "five"]
     replies = [m for m in fake.chat_requests[-1]["messages"] if m["role"] == "tool"]
     assert len(replies) == 2, "the failed turn left nothing behind"
@@ -192,13 +201,13 @@ async def test_an_import_or_a_reset_replaces_the_copy(make_engine_for, fake, clo
     await members.admin_import("t", "operator", "u", export, replace=True)
     clock.advance(minutes=1)
     await engine.converse(scope, msg("after the import"))
-    said = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "user"]
+    said = person_said(fake.chat_requests[-1])
     assert "before the import" not in said and "imported words" in said
     await members.admin_reset("t", "operator", "u")
     fresh = await engine.agent("t", "u")
     await engine.converse(fresh, msg("after the reset"))
-    said = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "user"]
-    assert [s for s in said if not s.startswith("[system alert]")] == ["after the reset"]
+    said = person_said(fake.chat_requests[-1])
+    assert said == ["after the reset"]
 
 
 async def test_counts_are_made_once_and_redone_only_for_another_basis(
@@ -258,7 +267,7 @@ async def test_a_failed_turn_keeps_the_previous_copy_valid(make_engine_for, fake
     await engine.converse(scope, msg("and now?"))
     prompt = fake.chat_requests[-1]["messages"]
     assert not any(m.get("tool_calls") and "Friday" in str(m) for m in prompt)
-    said = [m["content"] for m in prompt if m["role"] == "user"]
+    said = person_said(fake.chat_requests[-1])
     assert "remember I fly on Friday" in said and said.count("remember I fly on Friday") == 1
 
 

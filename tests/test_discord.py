@@ -35,7 +35,7 @@ from tests.fake_discord import (
     thread,
     user,
 )
-from tests.fake_openai import is_status, is_summary_request, say, summary_of
+from tests.fake_openai import is_summary_request, person_said, say, summary_of
 from tests.rigs import discord_rig, settle
 
 GUILD = 1_100_000_000_000_000_001
@@ -95,8 +95,7 @@ async def bot(engine, members, sessions, clock):
         yield rig
 
 
-def user_texts(request: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "user" and not is_status(m)]
+user_texts = person_said  # what the member said, as the model is shown it
 
 
 # Start-up

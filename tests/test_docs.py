@@ -11,7 +11,7 @@ import re
 from tests.conftest import ROOT
 
 READ = re.compile(
-    r"""(?:env\.get|_int|_text|_flag|_dollars)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']"""
+    r"""(?:env\.get|_int|_text|_flag|_dollars|_number)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']"""
 )
 READERS = ("bot/settings.py", "bot/observability.py")  # where the environment is read
 

@@ -52,6 +52,7 @@ from tests.fake_openai import (
     is_summary_request,
     last,
     last_user_text,
+    person_said,
     say,
     summary_of,
 )
@@ -166,7 +167,7 @@ def assert_handled_once(
     model's last prompt for it held the member's words once (nothing left half-written)."""
     assert after == {"events": ["done"], "said": [text], "outbox": [(reply, True)]}
     final = asked_about(fake, text)[-1]
-    assert [m.get("content") for m in final["messages"]].count(text) == 1
+    assert person_said(final).count(text) == 1
 
 
 async def human_block(sessions) -> str:
@@ -303,6 +304,7 @@ async def test_a_terminal_member_cut_off_by_a_crash_sees_the_reply_at_the_next_s
 
 async def test_a_429_with_retry_after_is_waited_out_then_answered(make_engine_for, fake):
     engine = make_engine_for(retries=1)
+    engine.mind.model.sleep = asyncio.sleep  # the real wait, as in production
     asked: list[float] = []
 
     def brain(body: dict[str, Any]) -> dict[str, Any]:
@@ -317,7 +319,8 @@ async def test_a_429_with_retry_after_is_waited_out_then_answered(make_engine_fo
     exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello"))
 
     assert exchange.replies == ["You said: hello"]
-    assert len(fake.requests) == 2 and fake.requests[0] == fake.requests[1]
+    assert len(fake.requests) == 2 and fake.raw_requests[0] == fake.raw_requests[1]
+
     assert 1.0 <= asked[0] - start < 5.0  # the retry came after the second the provider asked
 
 

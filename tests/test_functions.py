@@ -27,6 +27,7 @@ from tests.fake_openai import (
     completion,
     default_brain,
     is_summary_request,
+    latest_results,
     raw_call,
     say,
     summary_of,
@@ -54,14 +55,17 @@ def script(*answers: Answer) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return brain
 
 
-def shown_results(body: dict[str, Any]) -> list[str]:
-    """The function results the model is shown for its latest calls, checking the pairing."""
-    messages = body["messages"]
-    at = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    asked = [c["id"] for c in messages[at].get("tool_calls") or []]
-    results = [m for m in messages[at + 1 :] if m["role"] == "tool"]
-    assert [m["tool_call_id"] for m in results] == asked, "every call gets exactly one result"
-    return [m["content"] for m in results]
+shown_results = latest_results  # the results of the model's latest calls, as it sees them
+
+
+def user_paragraphs(body: dict[str, Any]) -> list[str]:
+    """Each alert and message in the user-role messages (merged ones apart again)."""
+    return [
+        part
+        for m in body["messages"]
+        if m["role"] == "user"
+        for part in str(m["content"]).split("\n\n")
+    ]
 
 
 def system_prompt(body: dict[str, Any]) -> str:
@@ -390,7 +394,7 @@ async def test_a_model_that_never_stops_is_capped(make_engine_for, fake, max_ste
     fake.brain = script(say("Sorry about that."))
     fake.requests.clear()
     assert (await talk(engine, scope, "hello?")).replies == ["Sorry about that."]
-    alerts = [m["content"] for m in fake.chat_requests[0]["messages"] if m["role"] == "user"]
+    alerts = user_paragraphs(fake.chat_requests[0])
     assert (
         f"[system alert] step limit reached: your turn was ended after {expected_calls} "
         "steps." in alerts
@@ -652,7 +656,7 @@ async def test_a_fourth_send_message_is_refused_and_ends_the_turn(engine, fake):
         "your turn ends here"
     )
     assert results[3:] == [refusal] * 22
-    alerts = [m["content"] for m in fake.chat_requests[0]["messages"] if m["role"] == "user"]
+    alerts = user_paragraphs(fake.chat_requests[0])
     assert (
         "[system alert] message limit reached: a turn may send at most 3 messages, so your "
         "turn was ended and 22 more were not sent." in alerts

@@ -17,18 +17,24 @@ from openai._utils import _transform
 
 from core.llm import OpenAIChat
 from core.memory.executor import SCHEMAS
+from core.wire.refusals import Adapt
+from core.wire.shape import conform
 from tests.fake_openai import say
 
+# A prompt as the engine sends it (already in the wire's shape, which `conform` keeps).
 PROMPT = [
     {"role": "system", "content": "You are a companion.\n<persona>warm</persona>"},
-    {"role": "user", "content": "[system alert] Summary of the 3 earlier messages: hi"},
-    {"role": "user", "content": 'Ünïcødé, emoji 🦜, quotes " and \\ and\nnew lines'},
+    {
+        "role": "user",
+        "content": "[system alert] Summary of the 3 earlier messages: hi\n\n"
+        'Ünïcødé, emoji 🦜, quotes " and \\ and\nnew lines',
+    },
     {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
-                "id": "call_1",
+                "id": "A1b2C3d4E",
                 "type": "function",
                 "function": {
                     "name": "send_message",
@@ -37,8 +43,9 @@ PROMPT = [
             }
         ],
     },
-    {"role": "tool", "tool_call_id": "call_1", "content": "Sent."},
-    {"role": "user", "content": "[system alert] Status: 100 of 8192 tokens in use (1%)."},
+    {"role": "tool", "tool_call_id": "A1b2C3d4E", "content": "Sent."},
+    {"role": "assistant", "content": ""},
+    {"role": "user", "content": "hello\n\n[system alert] Status: 100 of 8192 tokens in use (1%)."},
 ]
 
 
@@ -67,17 +74,21 @@ async def test_the_bytes_on_the_wire_are_what_the_client_sent_before(
     await client.chat.completions.create(**before)  # the way the engine called it before
     await OpenAIChat(client, "gpt-x").complete(PROMPT, tools, max_tokens, cache_key)
     old, new = fake.raw_requests
+    assert conform(PROMPT).messages == PROMPT
     assert new == old
     assert json.loads(new)["messages"] == PROMPT
 
 
-def payload(messages: int) -> list[dict]:
+def payload(turns: int) -> list[dict]:
+    """A conversation of `turns` turns, each: a message, a call, its result, the yield."""
     prompt = [PROMPT[0]]
-    for i in range(messages):
+    for i in range(turns):
+        call = {**PROMPT[2]["tool_calls"][0], "id": f"C{i:08d}"}
         prompt.append({"role": "user", "content": f"message {i}"})
-        prompt.append(PROMPT[3])
+        prompt.append({**PROMPT[2], "tool_calls": [call]})
+        prompt.append({**PROMPT[3], "tool_call_id": call["id"]})
         prompt.append(PROMPT[4])
-    return prompt
+    return prompt[:-1]
 
 
 async def test_the_client_does_not_walk_the_prompt(fake, client, monkeypatch):
@@ -99,7 +110,7 @@ async def test_the_client_does_not_walk_the_prompt(fake, client, monkeypatch):
         await chat.complete(payload(size), SCHEMAS, 512, "companion-agent-1")
         walked.append(steps)
     assert walked[0] == walked[1] < 50
-    assert len(fake.requests[1]["messages"]) == 901  # and all of it was sent
+    assert len(fake.requests[1]["messages"]) == 1 + 4 * 300 - 1  # and all of it was sent
 
 
 async def test_cached_tokens_come_back_with_the_completion(fake, client):
@@ -122,7 +133,7 @@ async def test_a_server_that_refuses_the_cache_key_is_asked_without_it(fake, cli
         assert answer.tool_calls[0].name == "send_message"
     sent = ["prompt_cache_key" in body for body in fake.requests]
     assert sent == [True, False, False, False], "refused once, then never sent again"
-    assert "refuses prompt_cache_key" in caplog.text
+    assert "refuses the prompt_cache_key" in caplog.text
 
 
 async def test_other_bad_requests_still_fail_and_keep_the_cache_key(fake, client):
@@ -130,5 +141,5 @@ async def test_other_bad_requests_still_fail_and_keep_the_cache_key(fake, client
     chat = OpenAIChat(client, "gpt-x")
     with pytest.raises(Exception, match="malformed"):
         await chat.complete(PROMPT, SCHEMAS, 512, "companion-agent-1")
-    assert chat.send_cache_key
+    assert Adapt.NO_CACHE_KEY not in chat.adapted
     assert len(fake.requests) == 1

@@ -262,12 +262,14 @@ async def test_doctor_passes_against_working_services(fake, pg_url, schema):
         "database migrations",
         "pgvector",
         "model",
+        "functions: fake calls functions",
         "embedding model",
     ):
         assert any(line.startswith(f"ok   {check}") for line in out), (check, out)
     assert any("Slack: signed in" in line for line in out)
     assert any("Discord: signed in as companion" in line for line in out)
-    assert slack.called("auth.test") and fake.requests[-1]["max_tokens"] == 1
+    assert slack.called("auth.test") and fake.requests[0]["max_tokens"] == 1
+
     assert "Traceback" not in err
 
 

@@ -27,6 +27,7 @@ from core.models import Message, Passage, PassageVector
 from core.runtime.engine import Exchange
 from core.scope import enter_scope
 from tests.conftest import Run, cli_env, run_cli
+from tests.fake_openai import person_said
 
 TENANT = "club"
 
@@ -286,7 +287,7 @@ async def test_functions_round_trip_passages_summary_and_timestamps(
     ]
     prompt = fake.chat_requests[-1]["messages"]
     assert "Alice said hello." in prompt[1]["content"]
-    assert [m.get("content") for m in prompt if m["role"] == "user"][1:-1] == [
+    assert person_said(fake.chat_requests[-1]) == [
         "remember that my cat is called Miso",  # "hello" was evicted before the export
         "bye",
         "what do you know about me?",

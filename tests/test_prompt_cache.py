@@ -10,14 +10,15 @@ import random
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
 from tests.fake_openai import (
+    STATUS_ALERT,
     calls,
     common_prefix,
     count_prompt,
-    is_status,
     is_summary_request,
     last_user_text,
     prompt_tokens,
     say,
+    strip_status,
     summary_of,
     tool_call,
 )
@@ -29,7 +30,7 @@ def brain(body):
     """Answers; `remember ...` edits working context (a block edit) before answering."""
     if is_summary_request(body):
         return summary_of(body)
-    if body["messages"][-2]["role"] == "tool":  # a function ran: now answer
+    if body["messages"][-1]["role"] == "tool":  # a function ran: now answer
         return say("Noted.")
     text = last_user_text(body)
     if text.startswith("remember "):
@@ -81,8 +82,10 @@ async def test_each_prompt_starts_with_the_whole_previous_one_but_its_status(
     assert len(pairs) >= len(chats) - 8
     for previous, body in pairs:
         kept = previous["messages"][:-1]
-        assert body["messages"][: len(kept)] == kept  # only the status changed
-        assert is_status(body["messages"][-1]) and is_status(previous["messages"][-1])
+        assert body["messages"][: len(kept)] == kept  # only the last message changed:
+        before, after = previous["messages"][-1], body["messages"][len(kept)]
+        assert STATUS_ALERT in before["content"] and STATUS_ALERT in body["messages"][-1]["content"]
+        assert after["content"].startswith(strip_status(before["content"]))  # its status left
     edits = [b for b in chats if "bees" in b["messages"][0]["content"]]
     assert edits, "a block edit shows in the system message"
 
@@ -92,8 +95,10 @@ async def test_the_model_still_sees_its_budget_and_the_time(make_engine_for, fak
     engine = make_engine_for(EngineConfig(context_window=8192))
     scope = await engine.agent("t", "u")
     await talk(engine, scope, clock, ["hello there"])
-    status = fake.chat_requests[0]["messages"][-1]["content"]
-    assert status.startswith("[system alert] Status: ")
+    last = fake.chat_requests[0]["messages"][-1]["content"]
+    assert last.startswith("hello there\n\n[system alert] Status: ")  # inside the last message
+    status = last.split("\n\n", 1)[1]
+
     used = int(status.split("Status: ", 1)[1].split(" ", 1)[0])
     assert abs(used - count_prompt(fake.chat_requests[0])) < 60
     assert "of 8192 tokens in use" in status and "Now: Sunday 2026-03-01 12:07 (UTC)" in status

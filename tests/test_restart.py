@@ -41,14 +41,18 @@ def chat(env: dict, user: str, *lines: str):
 
 
 async def someone_waits(sessions) -> bool:
-    """Is a connection waiting for a row lock (another process queued behind an agent)?"""
+    """Is a connection waiting for a row lock (another process queued behind an agent)?
+
+    The agent's lock is the statement reading the agent row (`AgentStore.lock_agent`);
+    pg_stat_activity keeps only its first kilobyte, so it is known by its start."""
     async with sessions() as session:
         waiting = await session.scalar(
             text(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query ILIKE '%FOR NO KEY UPDATE%'"
+                "WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT agents.id, %'"
             )
         )
+
     return bool(waiting)
 
 

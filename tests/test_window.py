@@ -26,10 +26,10 @@ from core.members.portability import import_agent, parse_export
 from core.memory.prompt import message_tokens, render
 from core.memory.tokens import TokenCounter
 from core.models import Agent, Message, Usage
+from core.runtime.apologies import MODEL_DOWN_REPLY
 from tests.fake_openai import (
     count_prompt,
     is_summary_request,
-    last,
     last_user_text,
     say,
     summary_of,
@@ -231,7 +231,8 @@ async def test_twice_refused_gives_the_apology_and_keeps_the_message(make_engine
     too_long = {"error": {"message": "prompt too long", "code": "context_length_exceeded"}}
     fake.fail_next(400, json.dumps(too_long), times=2)
     exchange = await engine.converse(scope, msg("hello?"))
-    assert "longer than its context window" in exchange.replies[0]
+    assert exchange.replies == [MODEL_DOWN_REPLY]  # the server's words stay in the log
+    assert exchange.result and "longer than its context window" in str(exchange.result.error)
     assert len(fake.requests) == 2
     assert (await engine.converse(scope, msg("again"))).replies == ["You said: again"]
 
@@ -325,7 +326,8 @@ async def test_the_newest_message_is_cut_when_nothing_else_can_go(make_engine_fo
     long = long_text(random.Random(13), 3000, "my long story")
     exchange = await engine.converse(scope, msg(long))
     assert exchange.replies == [f"You said: {long[:60]}"]
-    newest = last(fake.chat_requests[-1])["content"]
+    newest = last_user_text(fake.chat_requests[-1])
     assert newest.startswith("my long story") and "[... cut here:" in newest
+
     for body in fake.requests:
         assert int(count_prompt(body) * 2.0) + body["max_tokens"] <= 4096

@@ -1,15 +1,25 @@
-"""The model checks: a one-token completion; the embedding model and its size."""
+"""The model checks: a one-token completion; that the endpoint really calls functions; the
+embedding model and its size.
+
+The functions check asks the same tiny question twice, without and with one function: a
+server whose template renders no tools (llama.cpp without --jinja or with such a template)
+counts the same prompt both times, whatever it answers. A refusal names its fix (vLLM's
+tool-choice flags, an Ollama model without tools), and a model that answers in text where
+it should call says so.
+"""
 
 from __future__ import annotations
 
 import openai
 
-from bot.doctor.results import TIMEOUT, Result, fail, ok
+from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
 from bot.observability import redact
 from bot.settings import Settings
-from core.errors import CompanionError, EmbeddingError
+from core.errors import CompanionError, EmbeddingError, ModelError, ModelSetupError
+from core.llm import OpenAIChat
 from core.local_embedder import LOCAL_MODEL, LocalEmbedder
+from core.wire.health import TOOLS_FIX
 
 OPENAI_URL = "https://api.openai.com/v1"
 
@@ -50,13 +60,57 @@ async def check_model(settings: Settings) -> list[Result]:
             await client.chat.completions.create(
                 model=model, messages=[{"role": "user", "content": "Say ok."}], max_tokens=1
             )
-            results = [ok(f"model: {model} answers at {where}")]
+            results = [
+                ok(f"model: {model} answers at {where}"),
+                await _check_functions(client, model),
+            ]
         except Exception as error:
             results = [fail(_model_problem(error, where, model, "model"))]
         if settings.embedding_model and settings.embedding_model.lower() != "none":
             results.append(await _check_embeddings(client, settings, where))
     results.append(await _check_local_embedder(settings))
     return results
+
+
+PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "record_ok",
+        "description": "Record that the check passed.",
+        "parameters": {
+            "type": "object",
+            "properties": {"ok": {"type": "boolean"}},
+            "required": ["ok"],
+        },
+    },
+}
+PROBE = [
+    {"role": "system", "content": "You are a test. Answer only by calling a function."},
+    {"role": "user", "content": "Call the function record_ok with ok set to true."},
+]
+
+
+async def _check_functions(client: openai.AsyncOpenAI, model: str) -> Result:
+    chat = OpenAIChat(client, model)
+    try:
+        without = await chat.complete(PROBE, max_tokens=1)
+        answer = await chat.complete(PROBE, [PROBE_TOOL], max_tokens=96)
+    except ModelSetupError as error:
+        return fail(f"functions: {error}; to fix: {error.fix}")
+    except ModelError as error:
+        return fail(f"functions: {error}")
+    if without.prompt_tokens and answer.prompt_tokens == without.prompt_tokens:
+        return fail(
+            f"functions: the endpoint drops the function schemas (it counts {answer.prompt_tokens} "
+            "prompt tokens with and without them), so Companion cannot save or search memory; "
+            f"to fix: {TOOLS_FIX}"
+        )
+    if any(call.name == "record_ok" for call in answer.tool_calls):
+        return ok(f"functions: {model} calls functions")
+    return warn(
+        f"functions: the endpoint takes function schemas, but {model} answered in text where "
+        "it was asked to call one; a model without tool training will not keep its memory well"
+    )
 
 
 async def _check_local_embedder(settings: Settings) -> Result:

@@ -19,7 +19,7 @@ by `count_basis`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -27,6 +27,7 @@ from typing import Any
 
 from core.memory.tokens import PROMPT_OVERHEAD, TokenCounter, truncate_to_tokens
 from core.models import Block, Message
+from core.wire.shape import carry, conform
 
 MAX_ARGUMENT_CHARS = 8000
 # The rules `render` and `entry` count by: change it when they change, and every agent's
@@ -186,6 +187,17 @@ def _head(blocks: BlockValues, window: int) -> Head:
     return Head(content, TokenCounter.count_message({"content": content}))
 
 
+@dataclass(frozen=True)
+class Assembled:
+    """A prompt ready to send, its tokens (calibrated, and our own count) and the repairs
+    its shaping made (by kind)."""
+
+    prompt: list[dict[str, Any]]
+    tokens: int
+    raw: int
+    repairs: Mapping[str, int]
+
+
 def assemble(
     *,
     head: Head,
@@ -199,11 +211,13 @@ def assemble(
     timezone: str,
     recall: int,
     archival: int,
-) -> tuple[list[dict[str, Any]], int, int]:
-    """The prompt and its token count, calibrated and raw (tools included).
+) -> Assembled:
+    """The prompt in the wire's one shape (`core.wire.shape`) and its token count.
 
     `summary` is the summary's message and tokens, `queue` the FIFO queue rendered and
-    `queue_tokens` its count; only the status alert at the end is made here.
+    `queue_tokens` its count; only the status alert, carried in the last message, is made
+    here. The count stays an upper bound: merging messages only saves their framing, and
+    what shaping adds is counted.
     """
     prompt = [head.message]
     fixed = head.tokens + tools_tokens + PROMPT_OVERHEAD + queue_tokens
@@ -211,8 +225,9 @@ def assemble(
         prompt.append(summary[0])
         fixed += summary[1]
     prompt.extend(queue)
+    shaped = conform(prompt)
     widest = status_message(window, window, now, timezone, recall, archival)
-    raw = fixed + counter.count_message(widest)
+    raw = fixed + shaped.added + counter.count_message(widest)
     used = counter.scale(raw)
-    prompt.append(status_message(used, window, now, timezone, recall, archival))
-    return prompt, used, raw
+    status = status_message(used, window, now, timezone, recall, archival)["content"]
+    return Assembled(carry(shaped.messages, status), used, raw, shaped.repairs)

@@ -85,6 +85,9 @@ class AgentStore:
         self._dirty = False  # the queue or summary changed in this transaction
         self._bumped = False
         self.passages_added = 0  # by this store: a turn's status counts them without a query
+        # The agent's searchable messages (the word index's count when the row was locked,
+        # and those stored since): what conversation_search can find
+        self.searchable = 0
 
     def _mine(self, model: Any) -> Any:
         return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
@@ -98,9 +101,14 @@ class AgentStore:
         trip, unlocked.
         """
         passages = select(func.count()).where(self._mine(Passage)).scalar_subquery()
+        searchable = (
+            select(MessageTerm.messages)
+            .where(self._mine(MessageTerm), MessageTerm.lexeme == terms.CORPUS)
+            .scalar_subquery()
+        )
         row = (
             await self.session.execute(
-                select(Agent, Tenant, User, passages)
+                select(Agent, Tenant, User, passages, searchable)
                 .join(User, User.id == Agent.user_id)
                 .join(Tenant, Tenant.id == Agent.tenant_id)
                 .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
@@ -109,6 +117,7 @@ class AgentStore:
         ).first()
         assert row is not None, f"agent {self.scope.agent_id} vanished"
         agent, self.member, self.passages = row[0], (row[1], row[2]), int(row[3])
+        self.searchable = int(row[4] or 0)
         self.agent, self._locked_version = agent, agent.context_version
         event.listen(self.session.sync_session, "before_commit", self._seal)
         return agent
@@ -183,6 +192,7 @@ class AgentStore:
         searchable = message.search_text is not None
         statement = _message_insert(tuple(sorted(values)), searchable)
         message.id = await self.session.scalar(statement, values)
+        self.searchable += searchable
         if message.in_context:
             await self._changed()
         return entry

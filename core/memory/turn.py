@@ -21,16 +21,16 @@ from datetime import datetime
 from typing import Any
 
 from core.config import EngineConfig
-from core.errors import ModelOutputError, PromptTooLong
+from core.errors import MalformedOutput, ModelOutputError, ModelTimeout, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.contexts import ContextCache
 from core.memory.executor import SCHEMAS, Outcome, execute
-from core.memory.prompt import cut_arguments
+from core.memory.prompt import Assembled, cut_arguments
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
 from core.memory.tools import MAX_REPLY_CHARS, ToolContext
-from core.memory.window import Fitted, MainContext
+from core.memory.window import MainContext, tools_tokens
 from core.models import Agent, Event
 from core.ports import (
     ChatModel,
@@ -42,6 +42,7 @@ from core.ports import (
     Timer,
     ToolCall,
 )
+from core.wire.health import WireHealth
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,15 @@ SEND_CAP_NOTE = (
     "{refused} more were not sent."
 )
 EMPTY_ANSWER_NOTE = "your last answer was empty. Reply to the person with send_message."
+CUT_CALL_NOTE = (
+    "your last answer reached the output limit before its function call was complete, so "
+    "it was not run. Call the function again, with shorter arguments."
+)
+MALFORMED_NOTE = (
+    "your last answer could not be read as a function call. Call functions in the format "
+    "you were given, or reply with send_message."
+)
+CUT_MARK = " [… cut short]"
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,8 @@ class Mind:
     metrics: Metrics = field(default_factory=NoMetrics)
     # Agents' main contexts kept between turns in this process.
     contexts: ContextCache = field(default_factory=ContextCache)
+    # What the process learns about the endpoint (shared with the chat model), for operators.
+    health: WireHealth = field(default_factory=WireHealth)
 
 
 @dataclass
@@ -127,6 +139,8 @@ class MeteredModel:
         started = time.perf_counter()
         completion = await self.mind.model.complete(messages, tools, max_tokens, cache_key)
         metrics.observe(Timer.MODEL, time.perf_counter() - started)
+        if tools:
+            self.mind.health.saw_prompt(raw, tools_tokens(), completion.prompt_tokens)
         counter.calibrate(raw, completion.prompt_tokens)
         prompt_tokens = completion.prompt_tokens or counter.scale(raw)
         cached_tokens = min(completion.cached_tokens or 0, prompt_tokens)
@@ -205,6 +219,8 @@ class Turn:
         )
         # Stable for the agent: the provider's prompt cache is routed by it.
         self.cache_key = f"companion-agent-{agent.id}"
+        self.waited = False  # a timed-out call was asked again (once per turn)
+        self.told_malformed = False  # the model heard its output was unreadable
 
     async def run(self) -> TurnResult:
         config = self.mind.config
@@ -230,27 +246,55 @@ class Turn:
                 tools.sent.append(STEP_CAP_REPLY)
         self.result.replies = list(tools.sent)
         self.result.warnings, self.result.flushes = self.context.warnings, self.context.flushes
+        if self.event.kind == EventKind.USER_MESSAGE:
+            self.mind.health.saw_turn(any(step.outcomes for step in self.result.steps))
         return self.result
 
     async def _call(self, blocks: dict) -> tuple[Completion, int]:
         """One model call on a fitted prompt: (its answer, the prompt's tokens).
 
         Refused as too long (the provider counts more than we do), the turn trusts its
-        counts less, forces a flush and tries once more.
+        counts less, forces a flush and tries once more. A timeout is waited out once per
+        turn (a local server may still be generating: asking again starts over), and output
+        the server could not read is told to the model once per turn.
         """
         fitted = await self.context.fit(blocks)
-        try:
-            return await self._complete(fitted), fitted.tokens
-        except PromptTooLong as error:
-            log.warning("prompt of ~%d tokens refused, flushing to retry: %s", fitted.tokens, error)
-            self.mind.counter.distrust(fitted.raw, error.prompt_tokens)
-            fitted = await self.context.fit(blocks, flush=True)
-            return await self._complete(fitted), fitted.tokens
+        flushed = False
+        while True:
+            try:
+                return await self._complete(fitted), fitted.tokens
+            except PromptTooLong as error:
+                if flushed:
+                    raise
+                flushed = True
+                log.warning(
+                    "prompt of ~%d tokens refused, flushing to retry: %s", fitted.tokens, error
+                )
+                self.mind.counter.distrust(fitted.raw, error.prompt_tokens)
+                fitted = await self.context.fit(blocks, flush=True)
+            except ModelTimeout:
+                if self.waited:
+                    raise
+                self.waited = True
+                self._retrying("timeout")
+            except MalformedOutput as error:
+                if self.told_malformed:
+                    raise
+                self.told_malformed = True
+                self._retrying("malformed")
+                log.info("event %s: %s; telling the model", self.event.id, error)
+                await self.context.append(role="system", content=MALFORMED_NOTE)
+                fitted = await self.context.fit(blocks)
 
-    async def _complete(self, fitted: Fitted) -> Completion:
-        reserve = self.mind.config.reply_reserve
+    def _retrying(self, reason: str) -> None:
+        self.mind.metrics.count(Counter.MODEL_RETRIES, reason=reason)
+
+    async def _complete(self, fitted: Assembled) -> Completion:
+        for kind, count in fitted.repairs.items():
+            self.mind.metrics.count(Counter.WIRE_REPAIRS, count, kind=kind)
+        limit = self.mind.config.reply_reserve
         return await self.model.complete(
-            fitted.prompt, SCHEMAS, reserve, cache_key=self.cache_key, estimate=fitted.raw
+            fitted.prompt, SCHEMAS, limit, cache_key=self.cache_key, estimate=fitted.raw
         )
 
     async def _step(self, completion: Completion, tools: ToolContext, tokens: int) -> bool:
@@ -265,11 +309,19 @@ class Turn:
                 await self.context.append(role="system", content=EMPTY_ANSWER_NOTE)
                 return True  # a member who wrote gets an answer, not silence
             return False  # e.g. a scheduled interrupt: staying quiet is a choice
+        if completion.cut and completion.tool_calls:
+            # Stopped at the output limit: the call may be whole JSON (a server's grammar
+            # closes it) and still be cut. Not run; the model is told, as for a bad call.
+            self._retrying("cut")
+            await self.context.append(role="assistant", content=thought or "")
+            await self.context.append(role="system", content=CUT_CALL_NOTE)
+            self.result.steps.append(Step(thought, (), tokens))
+            return True
         if not completion.tool_calls:
             # No functions at all: a plain answer is the reply, unless one was already sent.
             said = None
             if thought and thought.strip() and not tools.sent:
-                said = cut_reply(thought.strip())
+                said = cut_reply(thought.strip() + (CUT_MARK if completion.cut else ""))
                 tools.sent.append(said)
             await self.context.append(role="assistant", content=thought, search_text=said)
             self.result.steps.append(Step(thought, (), tokens))

@@ -14,7 +14,6 @@ message cut to the room that is left.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -25,6 +24,7 @@ from core.memory.contexts import ContextCache, Snapshot
 from core.memory.executor import SCHEMAS
 from core.memory.prompt import (
     INSTRUCTIONS,
+    Assembled,
     Entry,
     assemble,
     count_basis,
@@ -47,15 +47,6 @@ PRESSURE_ALERT = (
 SUMMARY_FRAME = 40  # tokens the summary's own message adds around its text
 CUT_MARGIN = 64  # tokens the cut note and rounding may add back to a cut message
 MIN_SHOWN = 16  # fewer tokens than this of the newest message is not worth a prompt
-
-
-@dataclass(frozen=True)
-class Fitted:
-    """A prompt ready to send, with its token count: calibrated, and our own (raw)."""
-
-    prompt: list[dict[str, Any]]
-    tokens: int
-    raw: int
 
 
 @cache
@@ -151,7 +142,7 @@ class MainContext:
         self.queue_tokens += entry.tokens
         return entry
 
-    async def fit(self, blocks: dict[str, Block], flush: bool = False) -> Fitted:
+    async def fit(self, blocks: dict[str, Block], flush: bool = False) -> Assembled:
         """The prompt for the next call, within the budget whatever the queue holds.
 
         Warn or flush first if the queue manager says so (or `flush` forces it); if even
@@ -176,7 +167,7 @@ class MainContext:
             fitted = self._cut_newest(blocks, fitted)
         return fitted
 
-    def _cut_newest(self, blocks: dict[str, Block], fitted: Fitted) -> Fitted:
+    def _cut_newest(self, blocks: dict[str, Block], fitted: Assembled) -> Assembled:
         """The prompt with the newest message cut so the whole fits (recall keeps it all)."""
         budget = self.config.prompt_budget
         assert self.newest is not None, "load() stores the newest message first"
@@ -220,16 +211,22 @@ class MainContext:
         self.flushes += 1
         self.metrics.count(Counter.FLUSHES)
 
-    def _assemble(self, blocks: dict[str, Block], newest_limit: int | None = None) -> Fitted:
+    def _out_of_view(self) -> int:
+        """Searchable messages only search reaches now: the agent's, less those in view
+        (an import brings past sessions out of view, with or without a summary)."""
+        in_view = sum(entry.message.search_text is not None for entry in self.queue)
+        return max(self.store.searchable - in_view, 0)
+
+    def _assemble(self, blocks: dict[str, Block], newest_limit: int | None = None) -> Assembled:
         """The prompt as the queue stands; `newest_limit` cuts the newest message further."""
-        config, counter, summary = self.config, self.counter, self.summary
+        config, counter = self.config, self.counter
         queue, queue_tokens = self.shown, self.queue_tokens
         if newest_limit is not None and self.newest is not None:
             at = next(i for i, e in enumerate(self.queue) if e is self.newest)
             cut = render(self.newest.message, newest_limit)
             queue = [*queue[:at], cut, *queue[at + 1 :]]
             queue_tokens += counter.count_message(cut) - self.newest.tokens
-        prompt, used, raw = assemble(
+        return assemble(
             head=head(list(blocks.values()), config.context_window),
             summary=self.summary_shown,
             queue=queue,
@@ -239,8 +236,6 @@ class MainContext:
             window=config.context_window,
             now=self.now,
             timezone=self.timezone,
-            # The summary covers exactly the messages evicted so far: those only search reaches.
-            recall=summary.covers_messages if summary else 0,
+            recall=self._out_of_view(),
             archival=self.archival + self.store.passages_added,
         )
-        return Fitted(prompt, used, raw)

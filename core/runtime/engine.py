@@ -46,6 +46,7 @@ from core.memory.window import MainContext
 from core.models import Agent, Event
 from core.ports import Counter, Send, Timer
 from core.runtime.activity import Activity
+from core.runtime.apologies import apology
 from core.runtime.budgets import over_limit, record_usage
 from core.runtime.gate import TurnGate
 from core.runtime.outbox import Outbox
@@ -55,10 +56,6 @@ from core.scope import Scope, enter_scope
 
 log = logging.getLogger(__name__)
 
-MODEL_DOWN_REPLY = (
-    "Sorry, I can't think right now: {error}. Your message is saved; please try again shortly."
-)
-INTERNAL_ERROR_REPLY = "Sorry, something went wrong on my side. Your message is saved."
 HOLD_LIMIT = timedelta(minutes=2)  # the most a held event waits for its files
 UNREAD_FILES = (
     "[The person also shared {names} with this message, but the files could not be read "
@@ -317,11 +314,11 @@ class Engine:
         except ModelError as error:
             log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
             self.mind.metrics.count(Counter.ERRORS, kind="model")
-            reply, problem = MODEL_DOWN_REPLY.format(error=error), str(error)
+            reply, problem = apology(error), str(error)
         except Exception as error:
             log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
             self.mind.metrics.count(Counter.ERRORS, kind="internal")
-            reply, problem = INTERNAL_ERROR_REPLY, f"{type(error).__name__}: {error}"
+            reply, problem = apology(error), f"{type(error).__name__}: {error}"
         await session.refresh(agent)
         spent = turn.result  # model calls made before the failure are still paid for
         failed = TurnResult(

@@ -59,13 +59,14 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 
 def trigger_tag(body: dict[str, Any]) -> str | None:
-    """The tag of the newest user-role message that has one (the turn's trigger)."""
+    """The newest tag in the user-role messages (the turn's trigger; words left unanswered
+    by a failed turn lead the same message)."""
     for message in reversed(body.get("messages", [])[1:]):
         if message.get("role") != "user":
             continue
-        found = TAG.search(str(message.get("content") or ""))
+        found = TAG.findall(str(message.get("content") or ""))
         if found:
-            return found.group(0)
+            return tag(*found[-1])
     return None
 
 

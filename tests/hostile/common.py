@@ -22,7 +22,7 @@ import adapters.slack.posting as slack_posting
 from adapters.common import SORRY
 from core.config import EngineConfig
 from core.models import Agent, AuditEntry, Message, Tenant, User
-from core.runtime.engine import INTERNAL_ERROR_REPLY
+from core.runtime.apologies import INTERNAL_ERROR_REPLY
 from core.scope import Scope
 from tests.fake_discord import snowflake, user
 from tests.fake_openai import FakeOpenAI, count_prompt
