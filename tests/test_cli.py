@@ -1,7 +1,9 @@
-"""The `companion` command as a person uses it: real subprocesses, the test database, the fake.
+"""The `companion` command as a person uses it: its words, output and exit status, on the test
+database and the fake model.
 
-Every run goes through `asyncio.create_subprocess_exec`, because the fake model server lives
-in the test's event loop and must keep answering while the command runs.
+Every run goes through `run_cli`: `bot.cli.main` in a thread of its own, because the fake
+model server lives in the test's event loop and must keep answering while the command runs.
+The process itself (imports, signals, restarts) is tested with real ones elsewhere.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 
 import pytest
 
-from tests.conftest import Run, cli_env, companion
+from tests.conftest import Run, cli_env, run_cli
 from tests.fake_openai import last
 
 NOTHING_KNOWN = "Nothing known yet about this person."
@@ -29,7 +31,7 @@ def assert_one_line_error(run: Run) -> str:
 
 
 async def export(env: dict, tenant: str, user: str) -> dict:
-    run = await companion(env, "export", "--tenant", tenant, "--user", user)
+    run = await run_cli(env, "export", "--tenant", tenant, "--user", user)
     assert run.code == 0, run
     return json.loads(run.out)
 
@@ -44,7 +46,7 @@ async def test_piped_chat_answers_every_line_in_order(fake, pg_url, schema):
         "what do you know about me?",
         "see you",
     ]
-    run = await companion(env, "chat", stdin="\n".join(lines) + "\n")
+    run = await run_cli(env, "chat", stdin="\n".join(lines) + "\n")
 
     assert run.code == 0, run
     assert run.out.splitlines() == [
@@ -72,7 +74,7 @@ async def test_user_and_tenant_select_the_agent(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema)
 
     def chat(tenant: str, user: str, text: str):
-        return companion(env, "chat", "--tenant", tenant, "--user", user, stdin=text + "\n")
+        return run_cli(env, "chat", "--tenant", tenant, "--user", user, stdin=text + "\n")
 
     told = await asyncio.gather(
         chat("club", "alice", "remember that my cat is called Miso"),
@@ -114,7 +116,7 @@ async def test_missing_model_settings_are_one_line(fake, pg_url, schema, removed
     env = cli_env(fake, pg_url, schema)
     for name in removed:
         del env[name]
-    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+    run = await run_cli(env, "chat", "--user", "alice", stdin="hello\n")
 
     line = assert_one_line_error(run)
     for name in named:
@@ -127,13 +129,13 @@ async def test_missing_model_settings_are_one_line(fake, pg_url, schema, removed
 async def test_only_key_or_only_base_url_is_enough(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema)
     del env["OPENAI_API_KEY"]  # a local server needs no key
-    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+    run = await run_cli(env, "chat", "--user", "alice", stdin="hello\n")
     assert (run.code, run.out) == (0, "You said: hello\n"), run
 
 
 async def test_bad_context_window_is_one_line(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema, COMPANION_CONTEXT_WINDOW="abc")
-    run = await companion(env, "chat", "--user", "alice", stdin="hello\n")
+    run = await run_cli(env, "chat", "--user", "alice", stdin="hello\n")
 
     line = assert_one_line_error(run)
     assert "COMPANION_CONTEXT_WINDOW" in line and "abc" in line, line
@@ -145,7 +147,7 @@ async def test_export_of_unknown_member_is_one_line(fake, pg_url, schema):
     # Export needs only the database: no model settings at all.
     for name in ("COMPANION_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         del env[name]
-    run = await companion(env, "export", "--tenant", "club", "--user", "nobody")
+    run = await run_cli(env, "export", "--tenant", "club", "--user", "nobody")
 
     line = assert_one_line_error(run)
     assert "nobody" in line and "club" in line, line
@@ -153,7 +155,7 @@ async def test_export_of_unknown_member_is_one_line(fake, pg_url, schema):
 
 async def test_reset_without_yes_and_without_a_terminal_is_refused(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema)
-    run = await companion(
+    run = await run_cli(
         env,
         "chat",
         "--tenant",
@@ -166,7 +168,7 @@ async def test_reset_without_yes_and_without_a_terminal_is_refused(fake, pg_url,
     before = await export(env, "club", "carol")
 
     # Even a piped "yes" is not a confirmation: only a person at a terminal can give one.
-    run = await companion(env, "reset", "--tenant", "club", "--user", "carol", stdin="yes\n")
+    run = await run_cli(env, "reset", "--tenant", "club", "--user", "carol", stdin="yes\n")
 
     assert run.code != 0, run
     assert "Traceback" not in run.err
@@ -181,7 +183,7 @@ async def test_reset_without_yes_and_without_a_terminal_is_refused(fake, pg_url,
 
 async def test_verbose_shows_the_function_calls(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema)
-    run = await companion(
+    run = await run_cli(
         env,
         "chat",
         "--verbose",
@@ -202,19 +204,19 @@ async def test_verbose_shows_the_function_calls(fake, pg_url, schema):
 async def test_the_terminal_is_not_rate_limited(fake, pg_url, schema):
     """The default 30/hour guards a community from a flood, not the operator at the terminal."""
     lines = [f"line {i}" for i in range(33)]
-    run = await companion(cli_env(fake, pg_url, schema), "chat", stdin="\n".join(lines) + "\n")
+    run = await run_cli(cli_env(fake, pg_url, schema), "chat", stdin="\n".join(lines) + "\n")
     assert run.code == 0, run.err
     assert run.out.splitlines() == [f"You said: {line}" for line in lines]
 
 
 async def test_version_help_and_unexpected_failures_are_one_line(fake, pg_url, schema):
-    version = await companion(cli_env(fake, pg_url, schema), "--version")
+    version = await run_cli(cli_env(fake, pg_url, schema), "--version")
     assert version.code == 0 and version.out.startswith("companion ")
-    bare = await companion(cli_env(fake, pg_url, schema), "openers")
+    bare = await run_cli(cli_env(fake, pg_url, schema), "openers")
     assert bare.code == 2 and "openers_command" not in bare.err
     down = cli_env(fake, "postgresql://nobody:secret@127.0.0.1:9/none", schema)
     for args in (("export", "--tenant", "t", "--user", "u"), ("chat",)):
-        run = await companion(down, *args)
+        run = await run_cli(down, *args)
         assert run.code == 1 and "Traceback" not in run.err, run.err
         (line,) = run.err.strip().splitlines()
         assert line.startswith("companion: the database failed (ConnectionRefusedError")

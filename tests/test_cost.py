@@ -15,7 +15,7 @@ from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
 from core.models import Usage
 from core.prices import DEFAULT_PRICES, Price, Spent, parse_prices, price_for
-from tests.conftest import cli_env, companion
+from tests.conftest import cli_env, run_cli
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
 
 WORDS = "river lantern maple quartz velvet harbor ember saffron tundra orbit meadow".split()
@@ -140,9 +140,9 @@ async def test_companion_usage_prints_tokens_and_cost_per_member_and_day(fake, p
     env = cli_env(fake, pg_url, schema, COMPANION_PRICES="fake=2/0.5/8")
     for user in ("ann", "bob"):
         lines = "".join(f"hello number {i}\n" for i in range(4))
-        run = await companion(env, "chat", "--user", user, stdin=lines)
+        run = await run_cli(env, "chat", "--user", user, stdin=lines)
         assert run.code == 0, run
-    run = await companion(env, "usage", "--days", "3")
+    run = await run_cli(env, "usage", "--days", "3")
     assert run.code == 0, run
     out = run.out.splitlines()
     header = out[1].split()
@@ -162,10 +162,10 @@ async def test_companion_usage_prints_tokens_and_cost_per_member_and_day(fake, p
     assert rows["(all)"][3] == "8"
     assert "fake's price" in out[-1]
 
-    run = await companion(env, "usage", "--tenant", "elsewhere")
+    run = await run_cli(env, "usage", "--tenant", "elsewhere")
     assert run.code == 0 and run.out.startswith("no model usage recorded in elsewhere")
     unpriced = cli_env(fake, pg_url, schema)
-    run = await companion(unpriced, "usage")
+    run = await run_cli(unpriced, "usage")
     assert run.code == 0 and run.out.splitlines()[2].endswith("?")
     assert "COMPANION_PRICES=fake=" in run.out.splitlines()[-1]
 
@@ -173,7 +173,7 @@ async def test_companion_usage_prints_tokens_and_cost_per_member_and_day(fake, p
 async def test_verbose_shows_each_calls_tokens(fake, pg_url, schema):
     fake.brain, fake.prompt_cache = chatty, True
     env = cli_env(fake, pg_url, schema)
-    run = await companion(env, "chat", "--verbose", stdin="hi\nhello again\nand again\n")
+    run = await run_cli(env, "chat", "--verbose", stdin="hi\nhello again\nand again\n")
     assert run.code == 0, run
     shown = [line.strip() for line in run.err.splitlines() if "call:" in line]
     assert len(shown) == 3 and all(s.startswith("[chat call: ") for s in shown)

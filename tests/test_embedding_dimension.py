@@ -22,7 +22,7 @@ from core.local_embedder import LocalEmbedder
 from core.members.reembed import change_dimension, reembed
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
-from tests.conftest import cli_env, companion
+from tests.conftest import cli_env, run_cli
 from tests.fake_openai import embed_text
 from tests.test_hybrid_recall import BagOfWords
 
@@ -137,10 +137,10 @@ async def test_doctor_names_the_fix_for_vectors_of_another_size(fake, pg_url, sc
     for name in ("COMPANION_EMBEDDING_MODEL", "COMPANION_EMBEDDING_DIM"):
         env.pop(name)
     await stored_message(sessions, None)
-    fresh = await companion(env, "doctor")
+    fresh = await run_cli(env, "doctor")
     assert "ok   pgvector" in fresh.out and "take the embedder's 384 at the next start" in fresh.out
     assert "ok   local embedding model: all-MiniLM-L6-v2" in fresh.out
     await stored_message(sessions, embed_text("tea", 16))
-    held = await companion(env, "doctor")
+    held = await run_cli(env, "doctor")
     line = next(x for x in held.out.splitlines() if "pgvector" in x)
     assert line.startswith("FAIL") and "run `companion reembed --dim 384`" in line

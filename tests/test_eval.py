@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from bot.database import make_engine
 from bot.eval.locomo import EvidenceLog, parse_evidence
-from tests.conftest import ROOT, cli_env, companion
+from tests.conftest import ROOT, cli_env, run_cli
 from tests.fake_openai import (
     calls,
     completion,
@@ -74,7 +74,7 @@ def eval_brain(body: dict[str, Any]) -> dict[str, Any]:
 async def run_eval(fake, pg_url, tmp_path: Path, *args: str):
     fake.brain = eval_brain
     output = tmp_path / "report.json"
-    run = await companion(cli_env(fake, pg_url), "eval", *args, "--output", str(output))
+    run = await run_cli(cli_env(fake, pg_url), "eval", *args, "--output", str(output))
     assert run.code == 0, run.err
     return run, json.loads(output.read_text())
 
@@ -185,7 +185,7 @@ async def test_openers_are_judged_grounded_in_the_working_context(fake, pg_url, 
 
 async def test_missing_data_is_one_clear_line(fake, pg_url, tmp_path):
     env = cli_env(fake, pg_url)
-    run = await companion(env, "eval", "locomo-recall", "--data", str(tmp_path / "nope.json"))
+    run = await run_cli(env, "eval", "locomo-recall", "--data", str(tmp_path / "nope.json"))
     assert run.code == 2 and "Traceback" not in run.err
     assert run.err.strip().startswith("companion: cannot read LoCoMo data from ")
     assert await no_eval_schema_left(pg_url)

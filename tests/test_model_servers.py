@@ -8,7 +8,6 @@ rules or the strictest chat templates refuse is answered with their 400 (tests/w
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 
@@ -21,7 +20,7 @@ from core.memory.turn import CUT_CALL_NOTE, CUT_MARK, MALFORMED_NOTE
 from core.runtime.apologies import MODEL_DOWN_REPLY, MODEL_SETUP_REPLY, WAITING_NOTICE
 from core.scope import Scope
 from core.wire.health import SILENT_TURNS
-from tests.conftest import cli_env
+from tests.conftest import cli_env, run_cli
 from tests.fake_openai import (
     FakeOpenAI,
     calls,
@@ -33,7 +32,6 @@ from tests.fake_openai import (
     tool_call,
 )
 from tests.fake_slack import TEAM
-from tests.hostile.test_commands import run_main
 from tests.rigs import slack_message, slack_rig
 from tests.server_modes import THOUGHT, VLLM_AUTO, cut, malformed
 from tests.wire_rules import GEMMA_ALTERNATE, template_refusal
@@ -307,34 +305,30 @@ async def test_a_model_that_never_calls_a_function_is_named_too(engine, fake, ca
     assert len(warnings) == 1 and "no function" in warnings[0]
 
 
-async def doctor(monkeypatch, capsys, fake, pg_url, schema) -> str:
-    run = await run_main(monkeypatch, capsys, ["doctor"], cli_env(fake, pg_url, schema))
+async def doctor(fake, pg_url, schema) -> str:
+    run = await run_cli(cli_env(fake, pg_url, schema), "doctor")
     return run.out
 
 
-async def test_doctor_names_a_template_that_drops_the_functions(
-    monkeypatch, capsys, fake, pg_url, schema
-):
+async def test_doctor_names_a_template_that_drops_the_functions(fake, pg_url, schema):
     fake.server, fake.template_tools = "llamacpp", False
-    out = await doctor(monkeypatch, capsys, fake, pg_url, schema)
+    out = await doctor(fake, pg_url, schema)
     (line,) = [x for x in out.splitlines() if "functions" in x]
     assert line.startswith("FAIL") and "--jinja" in line and "--chat-template-file" in line
 
 
-async def test_doctor_names_vllms_tool_choice_flags(monkeypatch, capsys, fake, pg_url, schema):
+async def test_doctor_names_vllms_tool_choice_flags(fake, pg_url, schema):
     fake.server, fake.auto_tool_choice = "vllm", False
-    out = await doctor(monkeypatch, capsys, fake, pg_url, schema)
+    out = await doctor(fake, pg_url, schema)
     (line,) = [x for x in out.splitlines() if "functions" in x]
     assert line.startswith("FAIL") and "--enable-auto-tool-choice" in line
 
 
-async def test_doctor_says_ok_when_the_endpoint_calls_functions(
-    monkeypatch, capsys, fake, pg_url, schema
-):
+async def test_doctor_says_ok_when_the_endpoint_calls_functions(fake, pg_url, schema):
     fake.brain = lambda body: (
         calls(tool_call("record_ok", ok=True)) if body.get("tools") else completion("ok")
     )
-    out = await doctor(monkeypatch, capsys, fake, pg_url, schema)
+    out = await doctor(fake, pg_url, schema)
     (line,) = [x for x in out.splitlines() if "functions" in x]
     assert line.startswith("ok") and "calls functions" in line
 
@@ -359,14 +353,13 @@ def play(fake: FakeOpenAI, mode: dict) -> None:
 
 
 @pytest.mark.parametrize("mode", list(MODES.values()), ids=list(MODES))
-async def test_each_server_through_companion_chat(monkeypatch, capsys, fake, pg_url, schema, mode):
+async def test_each_server_through_companion_chat(fake, pg_url, schema, mode):
     """Memory works through each server's ways: the fact is saved by a function call and
     recalled; no thinking and no server text reaches the member."""
     play(fake, mode)
     env = cli_env(fake, pg_url, schema)
     lines = "remember that my cat is called Miso\nwhat do you know about me?\n"
-    monkeypatch.setattr("sys.stdin", io.StringIO(lines))
-    run = await run_main(monkeypatch, capsys, ["chat", "--user", "ana"], env)
+    run = await run_cli(env, "chat", "--user", "ana", stdin=lines)
     assert run.code == 0, run
     first, rest = run.out.split("\n", 1)
     assert first == "Got it, I'll remember that."

@@ -25,7 +25,7 @@ from bot.observability import PrometheusMetrics, log_handler, log_options
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
-from tests.conftest import COMPANION, cli_env
+from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
 from tests.fake_slack import FakeSlack, signed
@@ -229,15 +229,8 @@ async def test_healthz_and_readyz_follow_the_database_and_the_platforms(sessions
 
 
 async def doctor(env: dict) -> tuple[int, list[str], str]:
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        "doctor",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode().splitlines(), err.decode()
+    run = await run_cli(env, "doctor")
+    return run.code, run.out.splitlines(), run.err
 
 
 class Approved(FakeDiscord):

@@ -1,6 +1,6 @@
 """Export, reset and import: a member's memory leaves and comes back exactly as it was.
 
-The first tests drive the `companion` command (real subprocesses); the last ones call
+The first tests drive the `companion` command (in this process); the last ones call
 `core.members.portability` directly, to cover what the fake's chats never make (passages,
 summaries).
 """
@@ -26,7 +26,7 @@ from core.memory.store import AgentStore
 from core.models import Message, Passage, PassageVector
 from core.runtime.engine import Exchange
 from core.scope import enter_scope
-from tests.conftest import Run, cli_env, companion
+from tests.conftest import Run, cli_env, run_cli
 from tests.fake_openai import person_said
 
 TENANT = "club"
@@ -40,7 +40,7 @@ def scratch() -> Iterator[Path]:
 
 
 async def chat(env: dict, user: str, *lines: str) -> str:
-    run = await companion(
+    run = await run_cli(
         env, "chat", "--tenant", TENANT, "--user", user, stdin="".join(f"{x}\n" for x in lines)
     )
     assert run.code == 0, run
@@ -48,13 +48,13 @@ async def chat(env: dict, user: str, *lines: str) -> str:
 
 
 async def export(env: dict, user: str) -> dict:
-    run = await companion(env, "export", "--tenant", TENANT, "--user", user)
+    run = await run_cli(env, "export", "--tenant", TENANT, "--user", user)
     assert run.code == 0, run
     return json.loads(run.out)
 
 
 async def restore(env: dict, path: Path | str, *args: str) -> Run:
-    return await companion(env, "import", str(path), *args)
+    return await run_cli(env, "import", str(path), *args)
 
 
 def assert_one_line_error(run: Run) -> str:
@@ -88,11 +88,11 @@ async def test_reset_erases_one_member_only(fake, pg_url, schema):
     bob_before = await export(env, "bob")
     assert len(bob_before["messages"]) > 0
 
-    run = await companion(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
+    run = await run_cli(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
     assert run.code == 0, run
 
     alice, bob_after = await asyncio.gather(
-        companion(env, "export", "--tenant", TENANT, "--user", "alice"), export(env, "bob")
+        run_cli(env, "export", "--tenant", TENANT, "--user", "alice"), export(env, "bob")
     )
     assert bob_after == bob_before  # every message of the other member still there
     # The member is still known, with a fresh agent: nothing remembered.
@@ -119,7 +119,7 @@ async def test_export_reset_import_round_trip(fake, pg_url, schema, scratch):
     path = scratch / "alice.json"
     path.write_text(json.dumps(first), encoding="utf-8")
 
-    run = await companion(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
+    run = await run_cli(env, "reset", "--tenant", TENANT, "--user", "alice", "--yes")
     assert run.code == 0, run
     # No --replace: accepted only because the reset left alice with no memory at all.
     run = await restore(env, path, "--tenant", TENANT, "--user", "alice")
@@ -138,7 +138,7 @@ async def test_import_into_another_member_and_conflicts(fake, pg_url, schema, sc
     )
     path = scratch / "a.json"
     run, bob = await asyncio.gather(
-        companion(env, "export", "--tenant", TENANT, "--user", "alice", "--output", str(path)),
+        run_cli(env, "export", "--tenant", TENANT, "--user", "alice", "--output", str(path)),
         export(env, "bob"),
     )
     assert run.code == 0, run
@@ -207,7 +207,7 @@ async def test_damaged_export_changes_nothing(fake, pg_url, schema, scratch):
     assert "missing.json" in errors["missing"], errors
 
     bob, erin = await asyncio.gather(
-        export(env, "bob"), companion(env, "export", "--tenant", TENANT, "--user", "erin")
+        export(env, "bob"), run_cli(env, "export", "--tenant", TENANT, "--user", "erin")
     )
     assert bob == good
     assert erin.code == 2 and "erin" in erin.err, erin

@@ -17,7 +17,7 @@ from core.llm import OpenAIEmbedder
 from core.members.reembed import change_dimension, reembed
 from core.memory.search import archival_search
 from core.memory.store import AgentStore
-from tests.conftest import cli_env, companion
+from tests.conftest import cli_env, run_cli
 from tests.fake_openai import embed_text
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -156,16 +156,16 @@ async def test_the_command_refuses_a_mismatch_in_one_line_and_changes_nothing(
     await notes_stored(sessions)
     fake.accepts_dimensions = False  # a model that can only give 16
     env = cli_env(fake, pg_url, schema, COMPANION_EMBEDDING_MODEL="fake-embed")
-    wrong = await companion({**env, "COMPANION_EMBEDDING_DIM": "24"}, "reembed", "--dim", "24")
+    wrong = await run_cli({**env, "COMPANION_EMBEDDING_DIM": "24"}, "reembed", "--dim", "24")
     assert wrong.code == 2 and "Traceback" not in wrong.err
     assert wrong.err.strip().splitlines() == [
         "companion: the embedding model returns 16 dimensions, not 24; nothing was changed. "
         "Set COMPANION_EMBEDDING_DIM=16 (and run `companion reembed --dim 16`), or choose a "
         "model that gives the size you want"
     ]
-    plain = await companion({**env, "COMPANION_EMBEDDING_DIM": "24"}, "reembed")
+    plain = await run_cli({**env, "COMPANION_EMBEDDING_DIM": "24"}, "reembed")
     assert plain.code == 2 and "run `companion reembed --dim 24`" in plain.err
     assert "Traceback" not in plain.err
     assert await state(sessions) == ([16, None], "16")
-    done = await companion(env, "reembed", "--missing")
+    done = await run_cli(env, "reembed", "--missing")
     assert done.code == 0 and done.err.strip().endswith("re-embedded 1 passages and messages")

@@ -7,11 +7,11 @@ import asyncio
 from sqlalchemy import select, text
 
 from core.models import AuditEntry, Tenant
-from tests.conftest import cli_env, companion
+from tests.conftest import cli_env, run_cli
 
 
 async def chat(env: dict, tenant: str, user: str, *lines: str) -> None:
-    run = await companion(env, "chat", "--tenant", tenant, "--user", user, stdin="\n".join(lines))
+    run = await run_cli(env, "chat", "--tenant", tenant, "--user", user, stdin="\n".join(lines))
     assert run.code == 0, run
 
 
@@ -39,11 +39,11 @@ async def test_erase_asks_first_then_erases_one_community_and_says_so(
     )
     other = await rows(sessions, "slack:T8")
 
-    refused = await companion(env, "tenant", "erase", "slack:T9", stdin="yes\n")
+    refused = await run_cli(env, "tenant", "erase", "slack:T9", stdin="yes\n")
     assert refused.code == 2 and "--yes" in refused.err  # no terminal: no confirmation
     assert await rows(sessions, "slack:T9") > 0
 
-    done = await companion(env, "tenant", "erase", "slack:T9", "--yes")
+    done = await run_cli(env, "tenant", "erase", "slack:T9", "--yes")
     assert done.code == 0, done
     assert "erased all memory of 2 members of slack:T9" in done.err
     assert await rows(sessions, "slack:T9") == 0
@@ -57,11 +57,11 @@ async def test_erase_asks_first_then_erases_one_community_and_says_so(
     assert entry is not None and entry.actor.startswith("operator ")
     assert entry.detail == {"members": 2}
 
-    member = await companion(env, "export", "--tenant", "slack:T9", "--user", "U1")
+    member = await run_cli(env, "export", "--tenant", "slack:T9", "--user", "U1")
     assert member.code == 2 and "no agent" in member.err
 
 
 async def test_erasing_an_unknown_community_changes_nothing(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema)
-    run = await companion(env, "tenant", "erase", "slack:TNOPE", "--yes")
+    run = await run_cli(env, "tenant", "erase", "slack:TNOPE", "--yes")
     assert run.code == 0 and "nothing to erase" in run.err

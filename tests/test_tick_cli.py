@@ -1,10 +1,10 @@
-"""Operators' view of openers: `companion openers list` and `companion tick --now`,
-end to end through the CLI, delivering on Slack or waiting for a terminal member."""
+"""Operators' view of openers: `companion openers list` and `companion tick --now`, end to
+end through the CLI (run in this process), delivering on Slack or waiting for a terminal
+member."""
 
-import asyncio
 from datetime import datetime, timedelta
 
-from tests.conftest import COMPANION, cli_env
+from tests.conftest import cli_env, run_cli
 from tests.fake_openai import default_brain, last, say
 from tests.fake_slack import FakeSlack
 
@@ -18,18 +18,10 @@ def opener_brain(body):
     return default_brain(body)
 
 
-async def companion(env, *args, stdin=b""):
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate(stdin)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+async def companion(env, *args, stdin=""):
+    run = await run_cli(env, *args, stdin=stdin)
+    assert run.code == 0, run.err
+    return run.out
 
 
 def due_time(listing: str, user: str) -> datetime:
@@ -40,7 +32,7 @@ def due_time(listing: str, user: str) -> datetime:
 async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
     fake.brain = opener_brain
     env = cli_env(fake, pg_url, schema)
-    await companion(env, "chat", "--user", "ana", stdin=b"remember that I am learning Greek\n")
+    await companion(env, "chat", "--user", "ana", stdin="remember that I am learning Greek\n")
     listing = await companion(env, "openers", "list")
     assert "local\tana\t" in listing and "after their last message" in listing
     due = due_time(listing, "ana")
@@ -58,7 +50,7 @@ async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
 async def test_tick_after_downtime_says_it_re_spread_the_overdue_openers(fake, pg_url, schema):
     fake.brain = opener_brain
     env = cli_env(fake, pg_url, schema)
-    await companion(env, "chat", "--user", "bo", stdin=b"remember that I run on Sundays\n")
+    await companion(env, "chat", "--user", "bo", stdin="remember that I run on Sundays\n")
     due = due_time(await companion(env, "openers", "list"), "bo")
     late = due + timedelta(days=2)  # the bot was down when it fell due
     report = await companion(env, "tick", "--now", late.isoformat())
@@ -79,7 +71,7 @@ async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
             "slack:T0001",
             "--user",
             "U1",
-            stdin=b"remember that my exam is on Monday\n",
+            stdin="remember that my exam is on Monday\n",
         )
         due = due_time(await companion(env, "openers", "list"), "U1")
         report = await companion(env, "tick", "--now", (due + timedelta(minutes=2)).isoformat())

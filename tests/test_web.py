@@ -14,7 +14,7 @@ from bot.settings import Settings
 from bot.web.render import usage_chart
 from core.errors import ConfigError
 from core.members.community import UsageDay
-from tests.conftest import COMPANION, cli_env, companion
+from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_slack import FakeSlack
 from tests.inspector_site import TENANT, seed, serve_inspector
 from tests.test_run import free_port, slack_http_env
@@ -65,7 +65,7 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
             for path in ("/readyz", "/metrics", "/"):
                 async with http.get(base + path) as response:
                     assert response.status == 200, path
-            linked = await companion(env, "link", "--tenant", TENANT, "--user", "ann")
+            linked = await run_cli(env, "link", "--tenant", TENANT, "--user", "ann")
             assert linked.code == 0 and "once, within 15 minutes" in linked.err
             link = linked.out.strip()
             assert link.startswith(f"{base}/signin?token=")
@@ -77,7 +77,7 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
                 assert page.status == 200 and "I sail on Sundays" in await page.text()
 
         async with client() as admin:
-            linked = await companion(env, "link", "--tenant", TENANT, "--admin")
+            linked = await run_cli(env, "link", "--tenant", TENANT, "--admin")
             signed = await sign_in(admin, linked.out.strip())
             assert signed.headers["Location"] == "/admin"
             async with admin.get(base + "/admin") as page:
@@ -100,14 +100,14 @@ async def seed_one(engine) -> None:
 
 async def test_link_needs_a_member_or_admin_and_uses_the_public_url(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema, COMPANION_PUBLIC_URL="https://companion.example.org/")
-    neither = await companion(env, "link", "--tenant", TENANT)
+    neither = await run_cli(env, "link", "--tenant", TENANT)
     assert neither.code == 2 and "--user" in neither.err and "--admin" in neither.err
-    both = await companion(env, "link", "--tenant", TENANT, "--user", "ann", "--admin")
+    both = await run_cli(env, "link", "--tenant", TENANT, "--user", "ann", "--admin")
     assert both.code == 2
-    linked = await companion(env, "link", "--tenant", TENANT, "--user", "nobody")
+    linked = await run_cli(env, "link", "--tenant", TENANT, "--user", "nobody")
     assert linked.code == 0 and "no memory of nobody" in linked.err
     assert linked.out.startswith("https://companion.example.org/signin?token=")
-    short = await companion(
+    short = await run_cli(
         {**env, "COMPANION_SECRET_KEY": "short"}, "link", "--tenant", "t", "--admin"
     )
     assert short.code == 2 and "at least 32 characters" in short.err
@@ -129,7 +129,7 @@ async def test_companion_run_serves_the_inspector_beside_slack(fake, pg_url, sch
                 await until_listening(f"http://127.0.0.1:{port}/healthz", http)
                 async with http.get(f"http://127.0.0.1:{port}/") as page:
                     assert page.status == 200 and "/memory web" in await page.text()
-                linked = await companion(env, "link", "--tenant", "slack:T1", "--admin")
+                linked = await run_cli(env, "link", "--tenant", "slack:T1", "--admin")
                 signed = await sign_in(http, linked.out.strip())
                 assert signed.status == 303 and signed.headers["Location"] == "/admin"
         finally:

@@ -179,8 +179,11 @@ class EmbeddingWorker:
                 log.exception("embedding pass failed; the next one retries")
             if not self._wake.is_set():
                 self._idle.set()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+            # that arrives just as the wake-up does, and closing the app waited forever.
             try:
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

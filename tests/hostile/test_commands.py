@@ -18,9 +18,8 @@ import pytest
 from adapters.common import FORGET_ASK, NOT_ADMIN, NOTHING_YET, SORRY
 from adapters.discord.posting import DISCORD_LIMIT
 from adapters.slack.commands import RESET
-from tests.conftest import COMPANION, ROOT, cli_env
+from tests.conftest import COMPANION, ROOT, Run, cli_env, run_cli
 from tests.fake_discord import MANAGE_GUILD, snowflake, subcommand, user
-from tests.fake_openai import FakeOpenAI
 from tests.hostile import files
 from tests.hostile.common import (
     DISCORD_TENANT,
@@ -43,42 +42,6 @@ STRING, USER, BOOLEAN = 3, 6, 5  # Discord's option types
 # =============================================================================================
 
 
-@dataclass
-class CliRun:
-    code: int
-    out: str
-    err: str
-
-
-def operator_env(fake: FakeOpenAI, pg_url: str, schema: str) -> dict[str, str]:
-    env = cli_env(fake, pg_url, schema)
-    return {k: v for k, v in env.items() if k.startswith(("COMPANION_", "OPENAI_", "DATABASE"))}
-
-
-async def run_main(monkeypatch, capsys, argv: list[str], env: dict[str, str]) -> CliRun:
-    """`companion ARGV` in this process, in a thread of its own (main runs asyncio.run).
-
-    An exception out of `main` is what a person would see as a traceback."""
-    import bot.cli
-    import bot.commands
-
-    for name in [n for n in os.environ if n.startswith(("COMPANION_", "OPENAI_", "DATABASE"))]:
-        monkeypatch.delenv(name)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setattr(bot.commands, "configure_logging", lambda *a, **k: None)
-    capsys.readouterr()
-    crash = ""
-    try:
-        code = await asyncio.to_thread(bot.cli.main, argv)
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    except Exception as error:  # noqa: BLE001  (a traceback, for the person at the terminal)
-        code, crash = 1, f"Traceback (most recent call last):\n{type(error).__name__}: {error}"
-    out, err = capsys.readouterr()
-    return CliRun(code, out, err + crash)
-
-
 PARSE_ERRORS = {
     "no-arguments": [],
     "unknown-subcommand": ["frobnicate"],
@@ -94,8 +57,8 @@ PARSE_ERRORS = {
 
 
 @pytest.mark.parametrize("argv", list(PARSE_ERRORS.values()), ids=list(PARSE_ERRORS))
-async def test_cli_wrong_arguments(monkeypatch, capsys, argv):
-    run = await run_main(monkeypatch, capsys, argv, {})
+async def test_cli_wrong_arguments(argv):
+    run = await run_cli(dict(os.environ), *argv)
     assert run.code == 2 and run.out == ""
     assert "Traceback" not in run.err
     assert run.err.strip().splitlines()[-1].startswith("companion") and "error:" in run.err
@@ -203,7 +166,7 @@ def cli_args(name: str, folder: Any) -> list[str]:
     return [str(path) if a == "{file}" else a for a in spec.args]
 
 
-def assert_operator_error(run: CliRun, says: str) -> None:
+def assert_operator_error(run: Run, says: str) -> None:
     assert "Traceback" not in run.err, run.err[-800:]
     assert run.out == ""
     assert_one_line(run.err)
@@ -214,17 +177,10 @@ def assert_operator_error(run: CliRun, says: str) -> None:
     "name",
     [case(n, *bug_marks(CLI_BUGS, n), id=n) for n in CLI_CASES],
 )
-async def test_cli_operator_errors(
-    monkeypatch, capsys, tmp_path, module_fake, pg_url, module_schema, eng, name
-):
+async def test_cli_operator_errors(tmp_path, module_fake, pg_url, module_schema, eng, name):
     await eng.agent("cli", "existing")
     users = await user_count(eng.sessions)
-    run = await run_main(
-        monkeypatch,
-        capsys,
-        cli_args(name, tmp_path),
-        operator_env(module_fake, pg_url, module_schema),
-    )
+    run = await run_cli(cli_env(module_fake, pg_url, module_schema), *cli_args(name, tmp_path))
     if name == "reset-unknown-member":  # not an error: nothing to do, and it says so
         assert run.code == 0 and "nothing to reset" in run.err
     else:
@@ -238,12 +194,12 @@ REAL_PROCESS = ["export-hostile-names", "import-binary", "import-deep-json"]
 
 
 @pytest.fixture(scope="module")
-async def cli_processes(module_fake, pg_url, module_schema, tmp_path_factory) -> dict[str, CliRun]:
+async def cli_processes(module_fake, pg_url, module_schema, tmp_path_factory) -> dict[str, Run]:
     """A few cases as real `python -m bot.cli` processes, all at once (each takes a second)."""
     env = cli_env(module_fake, pg_url, module_schema)
     folder = tmp_path_factory.mktemp("hostile-cli")
 
-    async def run(name: str) -> tuple[str, CliRun]:
+    async def run(name: str) -> tuple[str, Run]:
         args = cli_args(name, folder) if name in CLI_CASES else PARSE_ERRORS[name]
         proc = await asyncio.create_subprocess_exec(
             *COMPANION,
@@ -259,8 +215,8 @@ async def cli_processes(module_fake, pg_url, module_schema, tmp_path_factory) ->
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            return name, CliRun(-1, "", "timed out")
-        return name, CliRun(proc.returncode or 0, out.decode(), err.decode())
+            return name, Run(-1, "", "timed out")
+        return name, Run(proc.returncode or 0, out.decode(), err.decode())
 
     return dict(await asyncio.gather(*(run(n) for n in REAL_PROCESS)))
 

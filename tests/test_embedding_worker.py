@@ -1,0 +1,33 @@
+"""The background embedding worker stops when the app closes, however close the last wake-up:
+on Python 3.11 `asyncio.wait_for` swallowed a cancellation arriving just as the wake-up did,
+and `companion chat` printed its replies and never exited."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from core.memory.embeddings import EmbeddingWorker
+
+
+@pytest.mark.parametrize("turns", range(6), ids=lambda n: f"woken {n} loop turns before")
+async def test_the_worker_stops_however_close_the_last_wake_up(turns):
+    first_pass = asyncio.Event()
+
+    async def run_pass() -> int:
+        first_pass.set()
+        return 0
+
+    worker = EmbeddingWorker(sessions=None, embedder=None, interval=60)  # type: ignore[arg-type]
+    worker.run_pass = run_pass  # type: ignore[method-assign]
+    await worker.__aenter__()
+    await first_pass.wait()  # the first pass, then it waits to be woken
+    for _ in range(3):
+        await asyncio.sleep(0)
+    worker.wake()  # a turn just committed...
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    stopping = asyncio.ensure_future(worker.__aexit__(None, None, None))  # ...and the app closes
+    done, _ = await asyncio.wait([stopping], timeout=5)
+    assert done, "the worker is still running after the app closed"
