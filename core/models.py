@@ -17,6 +17,7 @@ classes here map rows by `id`, which stays unique on its own.
                               └─< usage         tokens spent per day (budgets)
     tenants ─< audit_log                        admin actions on member data
     web_sessions                                browsers signed in to the memory inspector
+    spent_links                                 sign-in links used, until they expire
     slack_installations, slack_bots,            slack_sdk's own tables (a bot token per
     slack_oauth_states                          workspace); made by a migration, no ORM class
 """
@@ -350,4 +351,13 @@ class WebSession(Base):
     csrf: Mapped[str] = mapped_column(String)  # what every form of this session carries
     link_nonce: Mapped[str] = mapped_column(String, unique=True)
     created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+class SpentLink(Base):
+    """A sign-in link that was used, kept until the link itself expires (its own expiry,
+    not this process's link lifetime), whatever sessions or members are erased meanwhile."""
+
+    __tablename__ = "spent_links"
+    nonce: Mapped[str] = mapped_column(String, primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(TS)

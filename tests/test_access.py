@@ -1,14 +1,18 @@
 """Sign-in links for the memory inspector: signed, expiring, single-use, one member each."""
 
+import asyncio
 from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 
+from core.config import EngineConfig
 from core.errors import LinkRefused
 from core.members.access import SIGN_IN_PATH, Access
-from core.models import Meta, WebSession
+from core.members.service import Members
+from core.members.tenancy import Tenancy
+from core.models import Meta, SpentLink, WebSession
 
 
 @pytest.fixture
@@ -107,3 +111,66 @@ async def test_a_longer_link_lifetime_is_honoured(sessions, clock):
     clock.advance(minutes=31)
     with pytest.raises(LinkRefused, match="120 minutes"):
         await access.check(token)
+
+
+async def test_a_used_link_stays_used_after_its_community_is_erased(sessions, clock, engine):
+    """Issue 27, finding 1: the record of a spent link went with the erased sessions."""
+    access = Access(sessions, clock, "http://x")
+    await engine.agent("t", "ann")  # the community exists, with a member
+    tenancy = Tenancy(sessions, clock)
+    member = token_of(await access.link("t", "ann", "ann"))
+    admin = token_of(await access.link("t", None, "mod"))
+    for token in (member, admin):
+        await access.redeem(token)
+    assert await tenancy.erase("t", "operator test") is not None
+    clock.advance(minutes=5)
+    for token in (member, admin):
+        with pytest.raises(LinkRefused, match="already used"):
+            await access.redeem(token)
+    # The automatic erase, at the end of a grace period, frees nothing either.
+    await tenancy.departed("t")
+    clock.advance(days=30, minutes=-5)
+    again = token_of(await access.link("t", None, "mod"))
+    await access.redeem(again)
+    clock.advance(minutes=6)
+    assert [e.tenant for e in await tenancy.erase_departed()] == ["t"]
+    with pytest.raises(LinkRefused, match="already used"):
+        await access.redeem(again)
+
+
+async def test_forget_and_sign_out_free_no_link(access, sessions, clock, engine):
+    await engine.agent("t", "ann")
+    token = token_of(await access.link("t", "ann", "ann"))
+    await access.redeem(token)
+    members = Members(sessions, EngineConfig(), clock)
+    assert await members.forget("t", "ann")
+    await access.sign_out_member("t", "ann")
+    with pytest.raises(LinkRefused, match="already used"):
+        await access.redeem(token)
+
+
+async def test_a_replica_with_shorter_links_does_not_free_a_longer_link(sessions, clock):
+    """Issue 27, finding 8: the sweep used its own process's link lifetime, not the link's."""
+    long = Access(sessions, clock, "http://x", link_ttl=timedelta(hours=2))
+    short = Access(sessions, clock, "http://x", link_ttl=timedelta(minutes=15))
+    token = token_of(await long.link("t", "ann", "ann"))
+    cookie, _ = await long.redeem(token)
+    await long.sign_out(cookie)
+    clock.advance(minutes=90)  # the link has 30 minutes left; the short replica sweeps
+    await short.redeem(token_of(await short.link("t", "bob", "bob")))
+    with pytest.raises(LinkRefused, match="already used"):
+        await long.redeem(token)
+    clock.advance(minutes=31)  # now the link has expired, and its record may go
+    await short.redeem(token_of(await short.link("t", "cy", "cy")))
+    async with sessions() as session:
+        left = await session.scalar(select(func.count()).select_from(SpentLink))
+    assert left == 1  # only cy's link, used just now
+
+
+async def test_two_presses_of_one_link_sign_in_once(access):
+    token = token_of(await access.link("t", "ann", "ann"))
+    results = await asyncio.gather(
+        *(access.redeem(token) for _ in range(5)), return_exceptions=True
+    )
+    assert sum(not isinstance(r, BaseException) for r in results) == 1
+    assert all(isinstance(r, LinkRefused) for r in results if isinstance(r, BaseException))

@@ -10,8 +10,11 @@ A link's token is `<payload>.<signature>` in base64url: the payload names the te
 member (none for an admin of the tenant), whom it was issued to, its expiry and a random
 nonce; the signature is HMAC-SHA256 under the deployment's secret (COMPANION_SECRET_KEY, else
 the one migration 0010 generated into `meta`). The browser keeps a random session token and
-the database only its SHA-256, so a copy of the table opens nothing. `Viewer.may_see` is the
-one rule of who reads whose memory: a member only their own, an admin anyone in their tenant.
+the database only its SHA-256, so a copy of the table opens nothing. A used link's nonce is
+kept in `spent_links` until the link's own expiry (migration 0029), apart from the sessions:
+no sign-out, forget or erase frees it, and no replica's shorter link lifetime sweeps it
+early. `Viewer.may_see` is the one rule of who reads whose memory: a member only their own,
+an admin anyone in their tenant.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import LinkRefused
-from core.models import Meta, WebSession
+from core.models import Meta, SpentLink, WebSession
 
 SIGN_IN_PATH = "/signin"
 LINK_TTL = timedelta(minutes=15)
@@ -174,7 +177,7 @@ class Access:
         grant = unsign(await self.key(), token, self.clock(), self.link_ttl)
         async with self.sessions() as session:
             spent = await session.scalar(
-                select(WebSession.token_hash).where(WebSession.link_nonce == grant.nonce)
+                select(SpentLink.nonce).where(SpentLink.nonce == grant.nonce)
             )
         if spent is not None:
             raise _used()
@@ -190,13 +193,20 @@ class Access:
             grant.tenant, grant.member, grant.actor, secrets.token_urlsafe(24), now + ttl
         )
         async with self.sessions() as session, session.begin():
-            # Rows stay a link's lifetime past their end, so an old link's nonce stays spent.
-            await session.execute(
-                delete(WebSession).where(WebSession.expires_at < now - self.link_ttl)
+            # The link is spent first, until its own expiry: whatever deletes sessions later
+            # (sign-out, forget, tenant erase), it never signs in again.
+            spent = await session.scalar(
+                insert(SpentLink)
+                .values(nonce=grant.nonce, expires_at=grant.expires_at)
+                .on_conflict_do_nothing()
+                .returning(SpentLink.nonce)
             )
-            created = await session.scalar(
-                insert(WebSession)
-                .values(
+            if spent is None:  # another request redeemed it first
+                raise _used()
+            await session.execute(delete(WebSession).where(WebSession.expires_at < now))
+            await session.execute(delete(SpentLink).where(SpentLink.expires_at < now))
+            await session.execute(
+                insert(WebSession).values(
                     token_hash=_hash(cookie),
                     tenant=viewer.tenant,
                     member=viewer.member,
@@ -206,11 +216,7 @@ class Access:
                     created_at=now,
                     expires_at=viewer.expires_at,
                 )
-                .on_conflict_do_nothing(index_elements=["link_nonce"])
-                .returning(WebSession.token_hash)
             )
-        if created is None:  # another request redeemed it first
-            raise _used()
         return cookie, viewer
 
     async def viewer(self, cookie: str | None) -> Viewer | None:
@@ -234,10 +240,5 @@ class Access:
         await self._end((WebSession.tenant == tenant) & (WebSession.member == member))
 
     async def _end(self, which: object) -> None:
-        # Expired, not deleted: the link's nonce must stay spent until the link expires.
         async with self.sessions() as session, session.begin():
-            await session.execute(
-                update(WebSession)
-                .where(which, WebSession.expires_at > self.clock())  # type: ignore[arg-type]
-                .values(expires_at=self.clock())
-            )
+            await session.execute(delete(WebSession).where(which))  # type: ignore[arg-type]
