@@ -179,3 +179,28 @@ def test_the_usage_chart_stacks_cached_tokens_when_they_are_known():
         0.6 * cached.bars[0].height
     )
     assert "600 cached, 400 uncached" in cached.bars[0].label
+
+
+async def test_an_erase_from_any_front_end_signs_the_member_out_of_the_inspector(
+    engine, sessions, clock
+):
+    """Issue 27, finding 4: forget from chat left the browser signed in, and a settings form
+    posted from it then recreated the member."""
+    await seed(engine, clock)
+    async with serve_inspector(sessions, clock) as site, client() as ann, client() as bob:
+        await sign_in(ann, await site.link("ann"))
+        await sign_in(bob, await site.link("bob"))
+        async with ann.get(site.url + "/members/ann/settings") as page:
+            csrf = page_csrf(await page.text())
+        await site.members.forget(TENANT, "ann")  # what /companion forget and /memory forget do
+        form = {"csrf": csrf, "openers": "off", "quiet_hours": "22-9", "timezone": "UTC"}
+        async with ann.post(site.url + "/members/ann/settings", data=form) as page:
+            assert page.status == 401
+        assert await site.members.profile(TENANT, "ann") is None  # not recreated
+        await site.members.admin_reset(TENANT, "operator test", "bob")  # `companion reset` too
+        async with bob.get(site.url + "/members/bob", allow_redirects=False) as page:
+            assert page.status == 401
+
+
+def page_csrf(html: str) -> str:
+    return html.split('name="csrf" value="')[1].split('"')[0]

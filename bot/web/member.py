@@ -240,8 +240,7 @@ class MemberPages:
                 "Yes, erase everything",
                 "/forget",
             )
-        await self.members.forget(visit.viewer.tenant, visit.member)
-        await self.access.sign_out_member(visit.viewer.tenant, visit.member)
+        await self.members.forget(visit.viewer.tenant, visit.member)  # signs them out too
         response = self.templates.page(
             "message.html",
             title="Erased",
