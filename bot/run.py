@@ -42,7 +42,7 @@ from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
-from bot.web.serve import http_routes
+from bot.web.serve import http_routes, serving_ops
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             if not slack_http:  # otherwise the routes go on Slack's server
                 web_app = http_routes(web.Application(), app, health)
                 await inlets.enter_async_context(serving(web_app, host, port))
+            await inlets.enter_async_context(serving_ops(app, health))
             if settings.slack:
                 await inlets.enter_async_context(
                     slack_running(app, services, router, health, serve_slack, connections)
@@ -156,7 +157,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             app.engine.activity.start(recover(app, router), "recovery after start")
             await inlets.enter_async_context(scheduler_running(app, router))
             health.started = True
-            log.info("serving on %s:%s (health, metrics, inspector)", host, port)
+            log.info("serving on %s:%s (health, inspector)", host, port)
             await stop.wait()
             health.started = False
             log.info("stopping: no new events; up to %ss for turns in flight", GRACE_SECONDS)
