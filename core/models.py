@@ -18,6 +18,7 @@ classes here map rows by `id`, which stays unique on its own.
     tenants ─< audit_log                        admin actions on member data
     web_sessions                                browsers signed in to the memory inspector
     spent_links                                 sign-in links used, until they expire
+    signing_secret                              signs links (no COMPANION_SECRET_KEY); app only
     slack_installations, slack_bots,            slack_sdk's own tables (a bot token per
     slack_oauth_states                          workspace); made by a migration, no ORM class
 """
@@ -352,6 +353,15 @@ class WebSession(Base):
     link_nonce: Mapped[str] = mapped_column(String, unique=True)
     created_at: Mapped[datetime] = mapped_column(TS)
     expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+class SigningSecret(Base):
+    """The secret that signs sign-in links when COMPANION_SECRET_KEY is not set: one row,
+    readable by the app's own role only (migration 0029 revokes it from everyone else)."""
+
+    __tablename__ = "signing_secret"
+    one: Mapped[bool] = mapped_column(Boolean, primary_key=True, default=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class SpentLink(Base):

@@ -218,7 +218,7 @@ class SchemaCopier:
 
 
 PG_DUMP = pgserver_bin[max(pgserver_bin)] / "pg_dump"
-SECRET = re.compile(r"(\('secret_key', ')([0-9a-f]{64})('\))")
+SECRET = re.compile(r"(signing_secret VALUES \(true, ')([0-9a-f]{64})('\))")
 _ENTRY = re.compile(r"(?m)^--\n-- (?=(?:Statistics for )?Name: )")
 
 

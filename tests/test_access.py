@@ -5,14 +5,16 @@ from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import DBAPIError
 
+from bot.database import make_engine
 from core.config import EngineConfig
 from core.errors import LinkRefused
 from core.members.access import SIGN_IN_PATH, Access
 from core.members.service import Members
 from core.members.tenancy import Tenancy
-from core.models import Meta, SpentLink, WebSession
+from core.models import Meta, SigningSecret, SpentLink, WebSession
 
 
 @pytest.fixture
@@ -81,7 +83,8 @@ async def test_the_secret_is_kept_in_the_database_unless_given(sessions, clock):
     again = Access(sessions, clock, "http://x")  # a restart, or another process
     assert (await again.check(token)).member == "ann"
     async with sessions() as session:
-        stored = await session.scalar(select(Meta.value).where(Meta.key == "secret_key"))
+        stored = await session.scalar(select(SigningSecret.value))
+        assert await session.scalar(select(Meta.value).where(Meta.key == "secret_key")) is None
     assert stored and len(stored) == 64
     other = Access(sessions, clock, "http://x", secret="set-by-the-operator")
     with pytest.raises(LinkRefused):
@@ -174,3 +177,36 @@ async def test_two_presses_of_one_link_sign_in_once(access):
     )
     assert sum(not isinstance(r, BaseException) for r in results) == 1
     assert all(isinstance(r, LinkRefused) for r in results if isinstance(r, BaseException))
+
+
+async def test_only_the_apps_own_role_reads_the_signing_secret(pg_url, schema, sessions, clock):
+    """Issue 27, finding 5: the secret sat in `meta`, which companion_member may read (0006
+    grants it `SELECT ON meta`, as an operator might a reporting role for the embedding
+    dimension); with it, anyone signs admin links for every community."""
+    await Access(sessions, clock, "http://x").link("t", None, "mod")  # the secret is in use
+    engine = make_engine(pg_url, schema)  # the server's superuser
+    reporting = f"reporting_{schema}"  # given what 0006 gives companion_member on meta
+    try:
+        async with engine.connect() as conn:  # one transaction, rolled back: no role stays
+            await conn.execute(text(f"CREATE ROLE {reporting} NOLOGIN"))
+            await conn.execute(text(f'GRANT USAGE ON SCHEMA "{schema}" TO {reporting}'))
+            await conn.execute(text(f"GRANT SELECT ON meta TO {reporting}"))
+            await conn.execute(text(f"SET ROLE {reporting}"))
+            found = await conn.scalar(
+                text("SELECT count(*) FROM meta WHERE value ~ '^[0-9a-f]{64}$'")
+            )
+            assert found == 0  # no secret left in meta
+            with pytest.raises(DBAPIError, match="permission denied"):
+                async with conn.begin_nested():
+                    await conn.execute(text("SELECT value FROM signing_secret"))
+            await conn.execute(text("RESET ROLE"))
+            granted = await conn.scalar(  # to anyone but its owner, the app's role
+                text(
+                    "SELECT count(*) FROM pg_class c, aclexplode(c.relacl) a "
+                    "WHERE c.oid = 'signing_secret'::regclass AND a.grantee <> c.relowner"
+                )
+            )
+            assert granted == 0
+            await conn.rollback()
+    finally:
+        await engine.dispose()

@@ -9,7 +9,8 @@
 A link's token is `<payload>.<signature>` in base64url: the payload names the tenant, the
 member (none for an admin of the tenant), whom it was issued to, its expiry and a random
 nonce; the signature is HMAC-SHA256 under the deployment's secret (COMPANION_SECRET_KEY, else
-the one migration 0010 generated into `meta`). The browser keeps a random session token and
+the one migration 0010 generated, kept in `signing_secret`, which only the app's role
+reads). The browser keeps a random session token and
 the database only its SHA-256, so a copy of the table opens nothing. A used link's nonce is
 kept in `spent_links` until the link's own expiry (migration 0029), apart from the sessions:
 no sign-out, forget or erase frees it, and no replica's shorter link lifetime sweeps it
@@ -34,7 +35,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import LinkRefused
-from core.models import Meta, SpentLink, WebSession
+from core.models import SigningSecret, SpentLink, WebSession
 
 SIGN_IN_PATH = "/signin"
 LINK_TTL = timedelta(minutes=15)
@@ -153,14 +154,15 @@ class Access:
         return self._key
 
     async def _stored_secret(self) -> str:
-        """The secret in `meta`; made here if it is missing (the migration makes it first)."""
+        """The secret in `signing_secret`; made here if it is missing (migration 0010 made
+        it first, and 0029 moved it out of `meta`, which other roles may read)."""
         async with self.sessions() as session, session.begin():
             await session.execute(
-                insert(Meta)
-                .values(key="secret_key", value=secrets.token_hex(32))
+                insert(SigningSecret)
+                .values(one=True, value=secrets.token_hex(32))
                 .on_conflict_do_nothing()
             )
-            value = await session.scalar(select(Meta.value).where(Meta.key == "secret_key"))
+            value = await session.scalar(select(SigningSecret.value))
             assert value is not None
             return value
 
