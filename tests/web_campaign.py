@@ -12,7 +12,8 @@ multipart. `Campaign.attempt` sends it and checks what a person would notice:
 - no answer is a 5xx;
 - a refused request (4xx) and every GET change nothing a person keeps: blocks, passages,
   messages, settings, members, sessions (the audit log may note an admin's attempt);
-- a refused block edit shows the typed text back in its box.
+- a refused block edit shows the typed text back in its box;
+- no page shows markup that was sent (or stored by an earlier request) unescaped.
 
 tests/test_web_campaign.py runs it with a fixed seed in the suite; bench/web_campaign.py
 runs it longer with fresh draws.
@@ -61,7 +62,10 @@ nasty = st.lists(pieces, max_size=6).map("".join)
 long_text = st.tuples(st.integers(1_990, 4_000), st.sampled_from("x\x00é")).map(
     lambda n_c: n_c[1] * n_c[0]
 )
-plain = st.sampled_from(["", " ", "on", "off", "22:00-09:00", "Europe/Berlin", "1e309", "nan"])
+MARKUP = ["<script>alert(1)</script>", '"><img src=x onerror=alert(1)>']
+plain = st.sampled_from(
+    ["", " ", "on", "off", "22:00-09:00", "Europe/Berlin", "1e309", "nan", *MARKUP]
+)
 short = st.one_of(numbers, nasty, plain)  # for URLs, which aiohttp caps at 8 kB (400 past it)
 hostile = st.one_of(numbers, nasty, long_text, plain)
 huge = st.just("y" * 1_100_000)  # past aiohttp's 1 MB: a 413, answered as itself
@@ -156,6 +160,7 @@ class Campaign:
         status, html = await self.send(attempt)
         self.statuses[status] += 1
         assert status < 500, f"{attempt.method} {attempt.path} answered {status}"
+        assert not [m for m in MARKUP if m in html], f"{attempt} shows markup unescaped"
         if status >= 400 or attempt.method == "GET":
             assert await self.snapshot() == before, f"{attempt} changed something ({status})"
         value = dict(attempt.form).get("value")
