@@ -42,6 +42,7 @@ from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
+from bot.rights import PlatformRights
 from bot.web.serve import http_routes, serving_ops
 from core.runtime.tick import tick
 
@@ -128,6 +129,8 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
     )
     router = Router()
+    rights = PlatformRights()
+    app.access.rights = rights  # admin sessions: re-checked with the platforms served here
     app.engine.outbox.platforms = router  # answers go out in the order members wrote
     health = Health(app.sessions, app.metrics, app.engine.mind.health)
     host, port = settings.http_host, settings.http_port
@@ -140,7 +143,9 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await outlets.enter_async_context(discord_running(app, services, router, health))
+            await outlets.enter_async_context(
+                discord_running(app, services, router, health, rights)
+            )
         # Slack's replies go out over these kept-alive connections: closed after the turns too.
         connections = None
         if settings.slack_bot_token:
@@ -152,7 +157,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             await inlets.enter_async_context(serving_ops(app, health))
             if settings.slack:
                 await inlets.enter_async_context(
-                    slack_running(app, services, router, health, serve_slack, connections)
+                    slack_running(app, services, router, health, serve_slack, connections, rights)
                 )
             app.engine.activity.start(recover(app, router), "recovery after start")
             await inlets.enter_async_context(scheduler_running(app, router))

@@ -210,3 +210,69 @@ async def test_only_the_apps_own_role_reads_the_signing_secret(pg_url, schema, s
             await conn.rollback()
     finally:
         await engine.dispose()
+
+
+class Platform:
+    """What the platform says of who administers what; None: it cannot say."""
+
+    def __init__(self) -> None:
+        self.admins: set[tuple[str, str]] = {("t", "mod")}
+        self.reachable = True
+        self.asked = 0
+
+    async def is_admin(self, tenant: str, user: str) -> bool | None:
+        self.asked += 1
+        return (tenant, user) in self.admins if self.reachable else None
+
+
+async def test_an_admin_demoted_on_the_platform_loses_the_pages_within_a_minute(sessions, clock):
+    """Issue 27, finding 7: rights were checked when the link was made only; a demoted admin
+    kept the admin pages for the link's 15 minutes plus the session's hour."""
+    platform = Platform()
+    access = Access(sessions, clock, "http://x", rights=platform)
+    cookie, _ = await access.redeem(token_of(await access.link("t", None, "mod")))
+    member, _ = await access.redeem(token_of(await access.link("t", "ann", "ann")))
+    assert (await access.viewer(cookie)).is_admin
+    platform.admins.clear()  # demoted on the platform
+    clock.advance(seconds=30)
+    assert await access.viewer(cookie) is not None  # asked once a minute at most
+    assert platform.asked == 1
+    clock.advance(seconds=31)
+    assert await access.viewer(cookie) is None
+    async with sessions() as session:  # the session is over, not just refused once
+        assert await session.scalar(select(func.count()).select_from(WebSession)) == 1
+    assert await access.viewer(member) is not None and platform.asked == 2  # members: never
+
+
+async def test_operator_links_and_platforms_not_served_keep_the_links_rights(sessions, clock):
+    platform = Platform()
+    platform.reachable = False  # `companion web` alone: no platform to ask
+    access = Access(sessions, clock, "http://x", rights=platform)
+    admin, _ = await access.redeem(token_of(await access.link("t", None, "mod")))
+    operator, _ = await access.redeem(token_of(await access.link("t", None, "operator ops")))
+    for _ in range(3):
+        assert await access.viewer(admin) is not None
+        assert await access.viewer(operator) is not None
+        clock.advance(seconds=40)
+    assert platform.asked == 2  # for the admin, once a minute; for the operator, never
+
+
+async def test_slack_and_discord_answer_whether_an_admin_still_is_one(engine, members):
+    from adapters.common import Services
+    from adapters.slack.commands import admin_rights
+    from adapters.slack.events import one_workspace
+    from tests.fake_slack import TEAM
+    from tests.rigs import slack_rig
+
+    services = Services(engine, members, frozenset({"UOPS"}))
+    async with slack_rig(services, users=("U1",), admins=("UADMIN",)) as rig:
+        check = admin_rights(services, one_workspace(rig.app.client))
+        tenant = f"slack:{TEAM}"
+        assert await check(tenant, "UADMIN") is True
+        assert await check(tenant, "UOPS") is True  # COMPANION_ADMIN_IDS
+        assert await check(tenant, "U1") is False
+        rig.api.users["UADMIN"]["is_admin"] = False
+        assert await check(tenant, "UADMIN") is False
+        assert await check(tenant, "UGONE") is False  # no such user any more
+        rig.api.fail_methods["users.info"] = "ratelimited"
+        assert await check(tenant, "U1") is None  # Slack cannot say: the session keeps going

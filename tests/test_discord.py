@@ -524,3 +524,15 @@ async def test_admin_reset_asks_first_and_is_audited(bot):
     assert bob.messages > 0 and "coffee" in json.dumps(bob.blocks)
     (entry,) = await bot.members.audit_log(TENANT)
     assert (entry.actor, entry.action, entry.target) == (str(MOD), "reset", str(ANN))
+
+
+async def test_the_inspector_asks_discord_whether_an_admin_still_is_one(bot):
+    """Issue 27, finding 7: an admin session is re-checked against the server's roles."""
+    from adapters.discord.commands import admin_rights
+
+    check = admin_rights(bot.client, frozenset({str(OPERATOR)}))
+    assert await check(TENANT, str(MOD)) is True  # Manage Server through a role
+    assert await check(TENANT, str(OWNER)) is True
+    assert await check(TENANT, str(OPERATOR)) is True  # COMPANION_ADMIN_IDS
+    assert await check(TENANT, str(ANN)) is False
+    assert await check("discord:1", str(MOD)) is None  # a server this client does not see

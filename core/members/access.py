@@ -3,7 +3,8 @@
     link(tenant, member, actor)   a URL to the inspector, signed, valid for `link_ttl`
     check(token) -> Grant         what a link grants; `LinkRefused` when tampered or expired
     redeem(token) -> (cookie, Viewer)   a new session; a link signs in once
-    viewer(cookie) -> Viewer      the live session behind a browser's cookie, or None
+    viewer(cookie) -> Viewer      the live session behind a browser's cookie, or None; an
+                                  admin's only while the platform still says admin
     sign_out(cookie), sign_out_member(tenant, member)
 
 A link's token is `<payload>.<signature>` in base64url: the payload names the tenant, the
@@ -36,10 +37,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import LinkRefused
 from core.models import SigningSecret, SpentLink, WebSession
+from core.ports import AdminRights
 
 SIGN_IN_PATH = "/signin"
 LINK_TTL = timedelta(minutes=15)
 SESSION_TTL = {"member": timedelta(hours=12), "admin": timedelta(hours=1)}
+RIGHTS_TTL = timedelta(minutes=1)  # how long a platform's "still an admin" is taken as true
+OPERATOR = "operator "  # how `companion link --admin` names its actor: no platform to ask
 _PURPOSE = b"companion sign-in link v1"
 
 
@@ -139,8 +143,11 @@ class Access:
         base_url: str,
         secret: str | None = None,
         link_ttl: timedelta = LINK_TTL,
+        rights: AdminRights | None = None,
     ) -> None:
         self.sessions = sessions
+        self.rights = rights  # set by `companion run` once its platforms are served
+        self._rights_seen: dict[tuple[str, str], tuple[bool | None, datetime]] = {}
         self.clock = clock
         self.base_url = base_url.rstrip("/")
         self.link_ttl = link_ttl
@@ -232,7 +239,23 @@ class Access:
             )
         if row is None:
             return None
+        if row.member is None and await self._demoted(row.tenant, row.actor):
+            await self._end(WebSession.token_hash == row.token_hash)
+            return None
         return Viewer(row.tenant, row.member, row.actor, row.csrf, row.expires_at)
+
+    async def _demoted(self, tenant: str, actor: str) -> bool:
+        """Whether the platform now says `actor` is no admin of `tenant` (asked at most once
+        a minute per admin). An operator's link, or a platform this process does not serve,
+        keeps the rights the link was made with, for the session's hour."""
+        if self.rights is None or actor.startswith(OPERATOR):
+            return False
+        now = self.clock()
+        seen = self._rights_seen.get((tenant, actor))
+        if seen is None or seen[1] <= now:
+            seen = (await self.rights.is_admin(tenant, actor), now + RIGHTS_TTL)
+            self._rights_seen[(tenant, actor)] = seen
+        return seen[0] is False
 
     async def sign_out(self, cookie: str) -> None:
         await self._end(WebSession.token_hash == _hash(cookie))
