@@ -172,6 +172,9 @@ async def slack_running(
         return
     events = f"events at http://{settings.http_host}:{settings.http_port}/slack/events"
     if oauth:  # no token of its own to check: each workspace's comes with its installation
+        resealed = await oauth.installations.reseal()  # after a rotation, or first sealing
+        if resealed:
+            log.info("Slack: sealed %d stored tokens with the current key", resealed)
         installed = await oauth.installations.count()
         report(
             "connected",

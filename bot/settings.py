@@ -203,6 +203,7 @@ class Settings:
     ops_public: bool = False  # also on the public port (a private network only)
     public_url: str | None = None  # where people reach the inspector; else host and port
     secret_key: str | None = None  # signs sign-in links; else a secret kept in the database
+    previous_secret_key: str | None = None  # while rotating: opens what the old one sealed
     link_minutes: int = 15  # how long a sign-in link works
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
@@ -248,6 +249,7 @@ class Settings:
             ops_public=_flag(env, "COMPANION_OPS_PUBLIC", False),
             public_url=_public_url(_text(env, "COMPANION_PUBLIC_URL")),
             secret_key=_secret(_text(env, "COMPANION_SECRET_KEY")),
+            previous_secret_key=_text(env, "COMPANION_PREVIOUS_SECRET_KEY"),
             link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15) or 15,
             admin_ids=frozenset(
                 part.strip()
