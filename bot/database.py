@@ -126,6 +126,7 @@ def make_engine(url: str, schema: str | None = None, pool_size: int = POOL_SIZE)
         max_overflow=pool_size,
         connect_args=connect_args,
         pool_pre_ping=True,
+        hide_parameters=True,  # a failed statement's error (and log line) holds no member's words
     )
 
 

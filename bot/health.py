@@ -8,6 +8,12 @@
                    the process has seen it: detail for the operator, not unreadiness)
     GET /metrics   the Prometheus text format (bot.observability.PrometheusMetrics)
 
+The public port (the inspector's, Slack's events) answers /healthz, and /readyz with its
+status code and {"ready": ...} alone: the reason, the platforms and the model name the
+workspace, the invite link and the endpoint, which are the operator's. Those, and /metrics,
+are served by `ops_app` on COMPANION_OPS_PORT (a listener of its own, kept off the public
+network), or on the public port too when COMPANION_OPS_PUBLIC is set.
+
 A platform's state is `starting`, `connected`, `retrying` (unreachable, or reconnecting:
 it tries again by itself) or `refused` (its credentials or settings were turned down: an
 operator must act). `Health.report` records each change and logs it in one line.
@@ -88,12 +94,18 @@ class Health:
         return {"state": state, "detail": detail}
 
 
-def add_health_routes(app: web.Application, health: Health) -> web.Application:
+def add_health_routes(
+    app: web.Application, health: Health, details: bool = True
+) -> web.Application:
+    """/healthz and /readyz on `app`; with `details`, /readyz in full and /metrics too."""
+
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"alive": True})
 
     async def readyz(request: web.Request) -> web.Response:
         reason = await health.problem()
+        if not details:
+            return web.json_response({"ready": not reason}, status=503 if reason else 200)
         platforms, model = health.states(), health.model()
         if reason:
             body = {"ready": False, "reason": reason, "platforms": platforms, "model": model}
@@ -106,8 +118,14 @@ def add_health_routes(app: web.Application, health: Health) -> web.Application:
 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", metrics)
+    if details:
+        app.router.add_get("/metrics", metrics)
     return app
+
+
+def ops_app(health: Health) -> web.Application:
+    """The operator's listener: /healthz, /readyz in full, /metrics."""
+    return add_health_routes(web.Application(), health, details=True)
 
 
 @asynccontextmanager

@@ -5,6 +5,8 @@ configure_logging(level, json)  one handler on stderr: JSON lines (or text), wit
 JsonFormatter                   time, level, logger, message, tenant/agent/event ids
 ContextFilter                   copies `core.logcontext.current()` onto each record
 RedactFilter                    masks anything that looks like a token, key or password
+WordsFilter                     withholds what a library logs of a request at INFO and above:
+                                bodies, payloads, query strings (a member's words)
 PrometheusMetrics               `core.ports.Metrics` over its own CollectorRegistry, with
                                 a queue-depth gauge measured in Postgres at scrape time
                                 (events, outbox, waiting_for_model) and companion_model_up
@@ -50,6 +52,14 @@ SECRETS = [
     ),
     (re.compile(r"(?i)\b(Bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 ***"),
     (re.compile(r"(\w+://[^:/@\s]+:)[^@\s]+@"), r"\1***@"),  # passwords in URLs
+    # Values the database or its driver echo in an error (asyncpg: "invalid input for query
+    # argument $1: 'what the member wrote'"; Postgres: "invalid input syntax for type
+    # integer: ..."); SQLAlchemy's own listing of parameters is off (`hide_parameters`).
+    (re.compile(r"(?m)(query argument \$\d+: ).*$"), r"\1[withheld]"),
+    (
+        re.compile(r"(?m)(invalid input (?:syntax|value) for (?:type )?[\w ]+: ).*$"),
+        r"\1[withheld]",
+    ),
 ]
 
 
@@ -73,6 +83,70 @@ class RedactFilter(logging.Filter):
             record.exc_text = redact(record.exc_text)
         if record.stack_info:
             record.stack_info = redact(record.stack_info)
+        return True
+
+
+# Loggers that keep members' words to DEBUG (tests/test_observability.py checks).
+OURS = ("core", "bot", "adapters", "companion", "__main__")
+WITHHELD = "[withheld]"
+REQUEST_PARTS = [
+    # slack_bolt: "Invalid request signature detected (..., body: <the request's body>)",
+    # "request body: ...", "Unsuccessful Bolt execution result (status: 401, body: ...)"
+    (re.compile(r"(?is)\b(body|payload|data|text)\s*[:=]\s*.*"), rf"\1: {WITHHELD}"),
+    # a request or payload printed as a dict or JSON ("Unhandled request ({...})")
+    (re.compile(r"(?s)[{\[].*[}\]]"), WITHHELD),
+    # bytes as a library prints them (aiohttp's "bytearray(b'/path?q=...')")
+    (re.compile(r"(?s)\bb(['\"]).*?\1"), WITHHELD),
+    # a query string: the inspector's search words, a link's token
+    (re.compile(r"\?[^\s'\")]+"), "?" + WITHHELD),
+]
+
+
+def withhold(text: str) -> str:
+    for pattern, replacement in REQUEST_PARTS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def withhold_traceback(text: str) -> str:
+    """A traceback's frames as they are, its exceptions' messages withheld as above."""
+    lines, in_frame = [], False
+    for line in text.splitlines():
+        if line.startswith('  File "'):
+            in_frame = True
+        elif in_frame and line.startswith("    "):
+            pass  # the frame's source line, and its ^^^ markers
+        else:
+            in_frame = False
+            if not line.startswith(("Traceback (most recent call last)", "During handling")):
+                line = withhold(line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+class WordsFilter(logging.Filter):
+    """Members' words never reach the log at INFO or above, whoever logs them.
+
+    Companion's own loggers keep them to DEBUG. A library may not: slack_bolt logs a request
+    with a bad signature with its whole body at INFO (a wrong or rotated
+    SLACK_SIGNING_SECRET would write every DM to the log), and an unhandled one at WARNING;
+    aiohttp logs a refused request line with its query. So a library's record at INFO or
+    above loses every body, payload, printed request and query string, in its message and
+    its traceback; at DEBUG everything stays, for whoever turns DEBUG on to look.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO or record.name.split(".")[0] in OURS:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a format string that does not fit its arguments
+            message = f"{record.msg} {record.args}"
+        record.msg, record.args = withhold(message), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = withhold_traceback(record.exc_text)
         return True
 
 
@@ -143,6 +217,7 @@ def log_handler(stream: TextIO, json: bool) -> logging.Handler:
     """A handler writing JSON lines (or text) with event ids and no secrets to `stream`."""
     handler = logging.StreamHandler(stream)
     handler.addFilter(NoiseFilter())
+    handler.addFilter(WordsFilter())
     handler.addFilter(ContextFilter())
     handler.addFilter(RedactFilter())
     handler.setFormatter(

@@ -28,6 +28,7 @@ from bot.app import App
 from bot.delivery import Router
 from bot.distribution import slack_distribution
 from bot.health import Health
+from bot.rights import PlatformRights
 from bot.settings import DiscordShards
 from core.errors import ConfigError
 
@@ -135,10 +136,12 @@ async def slack_running(
     health: Health,
     serve_http: Callable[[Any], Any],
     connections: aiohttp.ClientSession | None = None,
+    rights: PlatformRights | None = None,
 ) -> AsyncIterator[None]:
     """Slack, until the block ends. `serve_http(bolt_app)` serves HTTP mode's events; Web API
     calls go over `connections` (kept alive; the caller closes them after the last reply)."""
     from adapters.slack import build_slack_app
+    from adapters.slack.commands import admin_rights
     from adapters.slack.events import dm_sender, finish_held, one_workspace, reply_sender
 
     settings = app.settings
@@ -153,6 +156,8 @@ async def slack_running(
     )
     clients = oauth.workspaces.client if oauth else one_workspace(slack.client)
     router.add("slack", dm_sender(clients), reply_sender(clients))
+    if rights is not None:  # the inspector asks Slack whether an admin still is one
+        rights.add("slack", admin_rights(services, clients))
 
     def report(state: str, detail: str) -> None:
         health.report("Slack", state, detail)
@@ -167,6 +172,9 @@ async def slack_running(
         return
     events = f"events at http://{settings.http_host}:{settings.http_port}/slack/events"
     if oauth:  # no token of its own to check: each workspace's comes with its installation
+        resealed = await oauth.installations.reseal()  # after a rotation, or first sealing
+        if resealed:
+            log.info("Slack: sealed %d stored tokens with the current key", resealed)
         installed = await oauth.installations.count()
         report(
             "connected",
@@ -270,11 +278,16 @@ def shards_refused(code: int, shards: DiscordShards | None, count: int | None) -
 
 @asynccontextmanager
 async def discord_running(
-    app: App, services: Services, router: Router, health: Health
+    app: App,
+    services: Services,
+    router: Router,
+    health: Health,
+    rights: PlatformRights | None = None,
 ) -> AsyncIterator[None]:
     import discord
 
     from adapters.discord import build_discord_client
+    from adapters.discord.commands import admin_rights
     from adapters.discord.deliver import dm_sender as discord_dm
     from adapters.discord.deliver import reply_sender as discord_reply
 
@@ -303,6 +316,8 @@ async def discord_running(
         on_shard_status=report_shard,
     )
     router.add("discord", discord_dm(client), discord_reply(client))
+    if rights is not None:  # the inspector asks Discord whether an admin still is one
+        rights.add("discord", admin_rights(client, services.admin_ids))
     where = f"Discord at {discord.http.Route.BASE}"
     transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)
 

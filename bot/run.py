@@ -42,7 +42,8 @@ from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
-from bot.web.serve import http_routes
+from bot.rights import PlatformRights
+from bot.web.serve import http_routes, serving_ops
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,8 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
     )
     router = Router()
+    rights = PlatformRights()
+    app.access.rights = rights  # admin sessions: re-checked with the platforms served here
     app.engine.outbox.platforms = router  # answers go out in the order members wrote
     health = Health(app.sessions, app.metrics, app.engine.mind.health)
     host, port = settings.http_host, settings.http_port
@@ -145,7 +148,9 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await outlets.enter_async_context(discord_running(app, services, router, health))
+            await outlets.enter_async_context(
+                discord_running(app, services, router, health, rights)
+            )
         # Slack's replies go out over these kept-alive connections: closed after the turns too.
         connections = None
         if settings.slack_bot_token:
@@ -154,14 +159,15 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             if not slack_http:  # otherwise the routes go on Slack's server
                 web_app = http_routes(web.Application(), app, health)
                 await inlets.enter_async_context(serving(web_app, host, port))
+            await inlets.enter_async_context(serving_ops(app, health))
             if settings.slack:
                 await inlets.enter_async_context(
-                    slack_running(app, services, router, health, serve_slack, connections)
+                    slack_running(app, services, router, health, serve_slack, connections, rights)
                 )
             app.engine.activity.start(recover(app, router), "recovery after start")
             await inlets.enter_async_context(scheduler_running(app, router))
             health.started = True
-            log.info("serving on %s:%s (health, metrics, inspector)", host, port)
+            log.info("serving on %s:%s (health, inspector)", host, port)
             await stop.wait()
             health.started = False
             log.info("stopping: no new events; up to %ss for turns in flight", GRACE_SECONDS)

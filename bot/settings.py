@@ -201,8 +201,11 @@ class Settings:
     slack_api_url: str | None = None
     http_host: str = "0.0.0.0"
     http_port: int = 3000
+    ops_port: int | None = None  # /readyz in full and /metrics, on a listener of their own
+    ops_public: bool = False  # also on the public port (a private network only)
     public_url: str | None = None  # where people reach the inspector; else host and port
     secret_key: str | None = None  # signs sign-in links; else a secret kept in the database
+    previous_secret_key: str | None = None  # while rotating: opens what the old one sealed
     link_minutes: int = 15  # how long a sign-in link works
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
@@ -246,8 +249,11 @@ class Settings:
             slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
             http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
             http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
+            ops_port=_int(env, "COMPANION_OPS_PORT", None),
+            ops_public=_flag(env, "COMPANION_OPS_PUBLIC", False),
             public_url=_public_url(_text(env, "COMPANION_PUBLIC_URL")),
             secret_key=_secret(_text(env, "COMPANION_SECRET_KEY")),
+            previous_secret_key=_text(env, "COMPANION_PREVIOUS_SECRET_KEY"),
             link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15) or 15,
             admin_ids=frozenset(
                 part.strip()

@@ -2,6 +2,15 @@
 
 `ensure_agent` creates what is missing (safe when several processes race) and gives back the
 `Scope` every other query runs in. A fresh agent gets the `persona` and `human` blocks.
+
+Every erase goes through here, and ends the member's inspector sessions in the caller's
+transaction, whichever front end asked (the inspector, Slack, Discord, the CLI): a browser
+signed in before a forget or reset cannot read, or post a form that recreates, the member.
+
+    erase_member(session, tenant, user)   forget: the user row and all it owns
+    reset_agent(session, tenant, user)    reset: the agent and all it owns, a fresh agent
+    end_sessions(session, tenant, user)   every inspector session of the member (None: of
+                                          everyone in the tenant)
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import EngineConfig
-from core.models import Agent, Block, Tenant, User
+from core.models import Agent, Block, Tenant, User, WebSession
 from core.scope import Scope
 
 
@@ -119,7 +128,30 @@ async def reset_agent(
     if scope is None:
         return None
     await delete_agent(session, scope)
+    await end_sessions(session, tenant, user)
     return await ensure_agent(session, tenant, user, config)
+
+
+async def erase_member(session: AsyncSession, tenant: str, user: str) -> bool:
+    """Erase the member: their agent, all its memory, their settings and their sessions."""
+    member = await find_user(session, tenant, user)
+    if member is None:
+        await end_sessions(session, tenant, user)  # a session may outlive its member row
+        return False
+    await session.execute(delete(User).where(User.id == member.id))
+    await end_sessions(session, tenant, user)
+    return True
+
+
+async def end_sessions(session: AsyncSession, tenant: str, user: str | None) -> None:
+    """End the member's inspector sessions (with `user` None: every session of the tenant).
+
+    Their links stay spent (`spent_links`): ending a session never lets a link in again.
+    """
+    which = WebSession.tenant == tenant
+    if user is not None:
+        which = which & (WebSession.member == user)
+    await session.execute(delete(WebSession).where(which))
 
 
 async def delete_agent(session: AsyncSession, scope: Scope) -> None:

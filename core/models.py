@@ -17,6 +17,8 @@ classes here map rows by `id`, which stays unique on its own.
                               └─< usage         tokens spent per day (budgets)
     tenants ─< audit_log                        admin actions on member data
     web_sessions                                browsers signed in to the memory inspector
+    spent_links                                 sign-in links used, until they expire
+    signing_secret                              signs links (no COMPANION_SECRET_KEY); app only
     slack_installations, slack_bots,            slack_sdk's own tables (a bot token per
     slack_oauth_states                          workspace); made by a migration, no ORM class
 """
@@ -350,4 +352,22 @@ class WebSession(Base):
     csrf: Mapped[str] = mapped_column(String)  # what every form of this session carries
     link_nonce: Mapped[str] = mapped_column(String, unique=True)
     created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS)
+
+
+class SigningSecret(Base):
+    """The secret that signs sign-in links when COMPANION_SECRET_KEY is not set: one row,
+    readable by the app's own role only (migration 0029 revokes it from everyone else)."""
+
+    __tablename__ = "signing_secret"
+    one: Mapped[bool] = mapped_column(Boolean, primary_key=True, default=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class SpentLink(Base):
+    """A sign-in link that was used, kept until the link itself expires (its own expiry,
+    not this process's link lifetime), whatever sessions or members are erased meanwhile."""
+
+    __tablename__ = "spent_links"
+    nonce: Mapped[str] = mapped_column(String, primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(TS)

@@ -6,6 +6,7 @@
     Platforms              where messages go when no live handler waits for them
     Send                   one reply text, to where it belongs
     Progress               (done, total) of a long operator command, for a progress bar
+    AdminRights.is_admin   whether a platform user is an admin of a community now
 
 Tests point the `openai` client at a local fake server that speaks the OpenAI wire format.
 Metric names are enums, so a name the exporter does not know cannot be written.
@@ -97,6 +98,13 @@ class NoMetrics:
 
     def observe(self, metric: Timer, seconds: float, **labels: str) -> None:
         pass
+
+
+class AdminRights(Protocol):
+    """Whether `user` is, right now, an admin of `tenant` on its platform (bot.rights asks
+    the platform); None when this process cannot tell (it does not serve that platform)."""
+
+    async def is_admin(self, tenant: str, user: str) -> bool | None: ...
 
 
 class Platforms(Protocol):

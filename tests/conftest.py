@@ -220,7 +220,7 @@ class SchemaCopier:
 
 
 PG_DUMP = pgserver_bin[max(pgserver_bin)] / "pg_dump"
-SECRET = re.compile(r"(\('secret_key', ')([0-9a-f]{64})('\))")
+SECRET = re.compile(r"(signing_secret VALUES \(true, ')([0-9a-f]{64})('\))")
 _ENTRY = re.compile(r"(?m)^--\n-- (?=(?:Statistics for )?Name: )")
 
 
@@ -406,6 +406,9 @@ def cli_env(fake: FakeOpenAI, pg_url: str, schema: str | None = None, **extra: s
         DATABASE_URL=served_url(pg_url, schema),
         PYTHONPATH=str(ROOT),
         PYTHONFAULTHANDLER="1",  # a command that hangs shows where (`companion` below)
+        # Tests read /readyz's details on the one port they know; deployed, they are on
+        # COMPANION_OPS_PORT only (tests/test_web.py, the first test, checks that default).
+        COMPANION_OPS_PUBLIC="1",
     )
     if schema:
         env["COMPANION_DB_SCHEMA"] = schema

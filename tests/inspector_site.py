@@ -30,6 +30,7 @@ class Site:
     members: Members
     community: Community
     access: Access
+    routes: list[tuple[str, str]]  # (method, path template) of every route the app serves
 
     async def link(self, user: str, tenant: str = TENANT) -> str:
         return await self.access.link(tenant, user, user)
@@ -51,7 +52,10 @@ async def serve_inspector(sessions, clock) -> AsyncIterator[Site]:
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     access.base_url = f"http://127.0.0.1:{port}"
     try:
-        yield Site(access.base_url, members, community, access)
+        routes = sorted(
+            {(r.method, r.resource.canonical) for r in app.router.routes() if r.method != "HEAD"}
+        )
+        yield Site(access.base_url, members, community, access, routes)
     finally:
         await runner.cleanup()
 

@@ -28,6 +28,9 @@ NOT_DISTRIBUTED = {
     "meta": "settings of the installation such as the embedding dimension (coordinator)",
     "web_sessions": "looked up by the hash of a browser's token before the tenant is known; "
     "few rows (a reference table, or the coordinator)",
+    "signing_secret": "one row, the installation's link-signing secret (coordinator)",
+    "spent_links": "a used sign-in link's nonce, looked up before any tenant is known; no "
+    "member's data (a reference table, or the coordinator)",
     "dm_homes": "looked up by (platform, user) to find which tenant a DM belongs to, so it "
     "cannot be keyed by that tenant (a reference table; its foreign key to users, "
     "which includes tenant_id, becomes a delete in the application: forget does it already)",

@@ -93,15 +93,18 @@ def test_each_service_reaches_only_its_own_pods(service):
 
 
 def test_probes_and_ports_are_the_ones_companion_serves():
-    port = int(one("configmap.yaml", "ConfigMap")["data"]["COMPANION_HTTP_PORT"])
+    data = one("configmap.yaml", "ConfigMap")["data"]
+    port, ops = int(data["COMPANION_HTTP_PORT"]), int(data["COMPANION_OPS_PORT"])
     assert Settings.from_env({"OPENAI_API_KEY": "x"}).http_port == port  # compose's default
-    routes = add_health_routes(web.Application(), health=None).router.routes()  # type: ignore[arg-type]
-    served = {route.resource.canonical for route in routes if route.resource}
+    assert Settings.from_env(data | {"OPENAI_API_KEY": "x"}).ops_public is False
+    public = add_health_routes(web.Application(), health=None, details=False)  # type: ignore[arg-type]
+    served = {route.resource.canonical for route in public.router.routes() if route.resource}
+    assert "/metrics" not in served  # issue 27, finding 9: only on the ops port
     for workload in (
         one("deployment.yaml", "Deployment"),
         one("discord-shards.yaml", "StatefulSet"),
     ):
         spec = container(workload)
-        assert {p["containerPort"] for p in spec["ports"]} == {port}
+        assert {p["name"]: p["containerPort"] for p in spec["ports"]} == {"http": port, "ops": ops}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert spec[probe]["httpGet"]["path"] in served, f"{probe} asks for a page not served"

@@ -37,6 +37,7 @@ from tests.fake_discord import (
 )
 from tests.fake_openai import is_summary_request, person_said, say, summary_of
 from tests.rigs import discord_rig, settle
+from tests.test_slack import signed_in, still_signed_in
 
 GUILD = 1_100_000_000_000_000_001
 GENERAL = 1_100_000_000_000_000_002
@@ -350,9 +351,10 @@ async def test_memory_show_and_export(bot):
     assert "don't have any memory of you" in bot.answers(nobody)[0]
 
 
-async def test_forget_needs_the_button_and_erases_only_that_member(bot):
+async def test_forget_needs_the_button_and_erases_only_that_member(bot, sessions, clock):
     await bot.mention(ANN, "remember that my PIN hint is heron")
     await bot.mention(BOB, "remember that I like jazz")
+    browsers = await signed_in(sessions, clock, TENANT, str(ANN), str(BOB))
     bob_before = await bot.members.view(TENANT, str(BOB))
     asked = await bot.slash(ANN, "memory", subcommand("forget"))
     assert bot.answers(asked) == [FORGET_ASK]
@@ -370,6 +372,8 @@ async def test_forget_needs_the_button_and_erases_only_that_member(bot):
     assert (
         bob_after == bob_before and "jazz" in dict((b[0], b[1]) for b in bob_after.blocks)["human"]
     )
+    # Issue 27, finding 4: Ann's browser is signed out by the same erase; Bob's is not.
+    assert await still_signed_in(browsers) == {str(BOB)}
 
 
 async def test_forget_can_be_cancelled(bot):
@@ -520,3 +524,15 @@ async def test_admin_reset_asks_first_and_is_audited(bot):
     assert bob.messages > 0 and "coffee" in json.dumps(bob.blocks)
     (entry,) = await bot.members.audit_log(TENANT)
     assert (entry.actor, entry.action, entry.target) == (str(MOD), "reset", str(ANN))
+
+
+async def test_the_inspector_asks_discord_whether_an_admin_still_is_one(bot):
+    """Issue 27, finding 7: an admin session is re-checked against the server's roles."""
+    from adapters.discord.commands import admin_rights
+
+    check = admin_rights(bot.client, frozenset({str(OPERATOR)}))
+    assert await check(TENANT, str(MOD)) is True  # Manage Server through a role
+    assert await check(TENANT, str(OWNER)) is True
+    assert await check(TENANT, str(OPERATOR)) is True  # COMPANION_ADMIN_IDS
+    assert await check(TENANT, str(ANN)) is False
+    assert await check("discord:1", str(MOD)) is None  # a server this client does not see

@@ -10,14 +10,17 @@ import logging
 import random
 import signal
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from adapters.common import Services
 from bot.database import make_engine
 from bot.doctor import run_doctor
 from bot.health import Health, add_health_routes
@@ -25,13 +28,15 @@ from bot.observability import PrometheusMetrics, log_handler, log_options
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
-from tests.conftest import COMPANION, cli_env, run_cli
+from tests.conftest import COMPANION, cli_env, run_cli, served_url
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
-from tests.fake_slack import FakeSlack, signed
-from tests.rigs import slack_envelope
+from tests.fake_slack import TEAM, FakeSlack, signed
+from tests.fake_slack import settle as settle_slack
+from tests.rigs import SLACK_SECRET, slack_envelope, slack_message, slack_rig
 from tests.test_run import free_port, slack_http_env, wait_for
 
+log = logging.getLogger(__name__)
 SMALL = EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000, rate_limit=None)
 SECRET_WORDS = "my zucchini is called Esmeralda"
 
@@ -415,3 +420,82 @@ def test_library_noise_about_deliberate_choices_is_dropped():
         logger.removeHandler(handler)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1 and "Failed to run listener function" in lines[0]
+
+
+async def test_no_member_words_at_info_from_libraries_bad_signatures_bad_json_or_errors(
+    engine, members, sessions, clock, fake
+):
+    """Issue 27, finding 10: slack_bolt logs a request with a bad signature, body and all, at
+    INFO; a wrong or rotated SLACK_SIGNING_SECRET wrote every member's DM to the log."""
+    stream, root = io.StringIO(), logging.getLogger()
+    handler, level = log_handler(stream, json=True), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # what `companion run` logs by default
+    services = Services(engine, members, frozenset())
+    try:
+        async with slack_rig(services, users=("U1",)) as rig:
+            server = TestServer(rig.app.web_app(path="/slack/events"))
+            async with TestClient(server) as http:
+                body = json.dumps(slack_message(text=SECRET_WORDS))
+                bad = signed(body, "a rotated secret")
+                async with http.post("/slack/events", data=body, headers=bad) as answer:
+                    assert answer.status == 401
+                broken = body[:-20]  # JSON cut short, correctly signed
+                async with http.post(
+                    "/slack/events", data=broken, headers=signed(broken, SLACK_SECRET)
+                ) as answer:
+                    assert answer.status == 500  # Bolt's own answer; Slack never sends it
+                unknown = urlencode(
+                    {
+                        "payload": json.dumps(
+                            {
+                                "type": "block_actions",
+                                "team": {"id": TEAM},
+                                "user": {"id": "U1"},
+                                "actions": [{"action_id": "nobody", "value": SECRET_WORDS}],
+                            }
+                        )
+                    }
+                )
+                headers = signed(unknown, SLACK_SECRET)
+                headers["content-type"] = "application/x-www-form-urlencoded"
+                async with http.post("/slack/events", data=unknown, headers=headers) as answer:
+                    assert answer.status == 404  # no listener for it
+                rig.api.fail_methods["chat.postMessage"] = "fatal_error"  # a library error
+                body = json.dumps(slack_message(text=SECRET_WORDS + " again"))
+                async with http.post(
+                    "/slack/events", data=body, headers=signed(body, SLACK_SECRET)
+                ) as answer:
+                    assert answer.status == 200
+                await settle_slack()
+        log.info("inspector search ?q=%s", "zucchini")  # our own code is trusted, and tested
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    records = lines(stream)
+    said = [r["message"] for r in records if r["logger"].startswith("slack_bolt")]
+    assert any("Invalid request signature" in m for m in said), said  # still said, without
+    loud = [json.dumps(r) for r in records if r["logger"] != __name__]
+    assert loud and not [r for r in loud if "zucchini" in r or "Esmeralda" in r], loud
+
+
+async def test_a_failed_statement_never_carries_its_parameters_into_the_log(
+    pg_url, schema, captured
+):
+    engine = make_engine(served_url(pg_url, schema))
+    try:
+        async with engine.connect() as conn:
+            for sql in (
+                "SELECT CAST(:words AS integer)",
+                "SELECT CAST(CAST(:words AS text) AS int)",
+            ):
+                with pytest.raises(DBAPIError) as failed:
+                    await conn.execute(text(sql), {"words": SECRET_WORDS})
+                await conn.rollback()
+                assert "hidden" in str(failed.value)  # SQLAlchemy lists no parameter
+                log.exception("a statement failed", exc_info=failed.value)
+    finally:
+        await engine.dispose()
+    records = lines(captured)
+    assert len(records) == 2 and all("invalid input" in r["exc"] for r in records)
+    assert "zucchini" not in captured.getvalue()

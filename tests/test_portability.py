@@ -403,6 +403,18 @@ DAMAGED = {
         "passages[0].text: string should have at least 1 character",
     ),
     "no-messages": ({"messages": None}, "messages: input should be a valid list"),
+    "nul-in-display-name": (
+        {"display_name": "Ann\x00"},
+        "display_name: holds a NUL or a lone surrogate, which cannot be stored: 'Ann\\x00'",
+    ),
+    "lone-surrogate-in-display-name": (
+        {"display_name": "Ann\ud800"},
+        "display_name: holds a NUL or a lone surrogate, which cannot be stored: 'Ann\\ud800'",
+    ),
+    "nul-in-user": (
+        {"user": "U\x001"},
+        "user: holds a NUL or a lone surrogate, which cannot be stored: 'U\\x001'",
+    ),
     "several-problems": (
         {"messages": [{"role": "x", "created_at": "y"}, {"role": "user"}]},
         "messages[0].role: input should be 'user', 'assistant', 'tool' or 'system' (and 2 more)",
@@ -416,6 +428,20 @@ def test_a_damaged_export_is_refused_naming_the_place(name):
     with pytest.raises(BadExport) as error:
         parse_export({**MINIMAL, **changes})
     assert str(error.value) == f"the export is damaged: {says}"
+
+
+async def test_import_names_a_display_name_postgres_cannot_store(fake, pg_url, schema, scratch):
+    """Issue 27, finding 3: exit 1 'the database failed ... is it running' before."""
+    env = cli_env(fake, pg_url, schema)
+    for name, value in (("nul", "Ann\\u0000"), ("surrogate", "Ann\\ud800")):
+        path = scratch / f"{name}.json"
+        doc = json.dumps({**MINIMAL, "display_name": "PLACE"}).replace("PLACE", value)
+        path.write_text(doc, encoding="utf-8")
+        run = await restore(env, path, "--tenant", TENANT, "--user", "ann")
+        error = assert_one_line_error(run)
+        assert "display_name" in error and "database" not in error, error
+    nobody = await run_cli(env, "export", "--tenant", TENANT, "--user", "ann")
+    assert nobody.code == 2  # nothing was written: no member ann
 
 
 def test_text_postgres_cannot_store_is_cleaned_and_old_exports_stay_searchable():

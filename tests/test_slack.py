@@ -198,10 +198,11 @@ async def test_time_zone_comes_from_the_slack_profile_unless_set(slack, fake):
     assert len(api.called("users.info")) == 1  # asked once, not on every message
 
 
-async def test_forget_me_needs_the_askers_own_click(slack, fake):
+async def test_forget_me_needs_the_askers_own_click(slack, fake, sessions, clock):
     members = slack.members
     await slack.dispatch(slack_message(user="U1", text="remember that I am U1"))
     await slack.dispatch(slack_message(user="U2", text="remember that I am U2"))
+    browsers = await signed_in(sessions, clock, f"slack:{TEAM}", "U1", "U2")
     asked = (await slack.command("forget"))[-1]
     button = asked["blocks"][1]["elements"][0]
     assert await members.view(f"slack:{TEAM}", "U1") is not None
@@ -212,6 +213,23 @@ async def test_forget_me_needs_the_askers_own_click(slack, fake):
     assert done["text"] == FORGET_DONE
     assert await members.view(f"slack:{TEAM}", "U1") is None
     assert (await members.view(f"slack:{TEAM}", "U2")).messages > 0
+    # Issue 27, finding 4: the browser U1 signed in with is signed out by the same erase.
+    assert await still_signed_in(browsers) == {"U2"}
+
+
+async def signed_in(sessions, clock, tenant: str, *users: str) -> dict:
+    """An inspector session for each member, as their browser holds it: {user: (access, cookie)}."""
+    access = Access(sessions, clock, "https://companion.example")
+    found = {}
+    for user in users:
+        link = await access.link(tenant, user, user)
+        cookie, _ = await access.redeem(link.split("token=")[1])
+        found[user] = (access, cookie)
+    return found
+
+
+async def still_signed_in(browsers: dict) -> set[str]:
+    return {user for user, (access, cookie) in browsers.items() if await access.viewer(cookie)}
 
 
 async def test_admin_commands_check_the_role_and_are_audited(slack, fake):

@@ -31,16 +31,19 @@ from bot.delivery import Router
 from bot.doctor.platforms import check_platforms
 from bot.health import serving
 from bot.settings import Settings
-from core.errors import NotInstalled
+from core.errors import ConfigError, NotInstalled
 from core.members.tenancy import Tenancy
 from core.models import AuditEntry, Tenant
 from core.runtime.tick import tick
-from tests.conftest import COMPANION, ROOT, cli_env
+from core.sealing import Sealer
+from tests.conftest import COMPANION, ROOT, cli_env, run_cli
 from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
 from tests.rigs import slack_envelope, slack_ts
 from tests.test_run import free_port, wait_for
 
 SECRET = "oauth-signing-secret"
+KEY = "k" * 40  # COMPANION_SECRET_KEY: Slack tokens are sealed with a key derived from it
+SEALER = Sealer(KEY)
 
 
 def authorize_query(html: str) -> dict[str, list[str]]:
@@ -102,7 +105,7 @@ async def distributed(engine, members, sessions, clock) -> AsyncIterator[Distrib
     async with FakeSlack() as api:
         api.redirect_uri = f"{root}/slack/oauth_redirect"
         oauth = distribution(
-            CLIENT_ID, CLIENT_SECRET, root, sessions.kw["bind"], tenancy, api.base_url
+            CLIENT_ID, CLIENT_SECRET, root, sessions.kw["bind"], tenancy, SEALER, api.base_url
         )
         services = Services(engine, members)
         app = build_slack_app(services, None, SECRET, api.base_url, distribution=oauth)
@@ -250,7 +253,7 @@ async def test_the_store_tables_are_the_migrations(sessions, clock):
     """slack_sdk's stores read and write the tables our migration made, column for column (a
     slack_sdk upgrade that adds a column needs a migration)."""
     tenancy = Tenancy(sessions, clock)
-    oauth = distribution(CLIENT_ID, CLIENT_SECRET, "http://x", sessions.kw["bind"], tenancy)
+    oauth = distribution(CLIENT_ID, CLIENT_SECRET, "http://x", sessions.kw["bind"], tenancy, SEALER)
     tables = [
         oauth.installations.installations,
         oauth.installations.bots,
@@ -285,6 +288,7 @@ async def test_companion_run_serves_the_install_flow_for_any_workspace(fake, pg_
             SLACK_SIGNING_SECRET=SECRET,
             SLACK_API_URL=api.base_url,
             COMPANION_PUBLIC_URL=root,
+            COMPANION_SECRET_KEY=KEY,
             COMPANION_HTTP_HOST="127.0.0.1",
             COMPANION_HTTP_PORT=str(port),
         )
@@ -318,8 +322,78 @@ async def test_companion_run_serves_the_install_flow_for_any_workspace(fake, pg_
 
 async def test_doctor_says_where_workspaces_install_and_warns_without_a_public_url():
     env = {"SLACK_CLIENT_ID": CLIENT_ID, "SLACK_CLIENT_SECRET": "c", "SLACK_SIGNING_SECRET": "s"}
+    (unsealed,) = await check_platforms(Settings.from_env(env))
+    assert unsealed.level == "FAIL" and "COMPANION_SECRET_KEY" in unsealed.text
+    env["COMPANION_SECRET_KEY"] = KEY
     public = Settings.from_env({**env, "COMPANION_PUBLIC_URL": "https://bot.example.org"})
     (found,) = await check_platforms(public)
     assert found.level == "ok" and "https://bot.example.org/slack/install" in found.text
     (local,) = await check_platforms(Settings.from_env(env))
     assert local.level == "warn" and "COMPANION_PUBLIC_URL" in local.text
+
+
+async def token_columns(sessions) -> str:
+    """Every value of the token columns of both tables, as one text."""
+    async with sessions() as session:
+        rows = await session.execute(
+            text(
+                "SELECT bot_token, bot_refresh_token, user_token, user_refresh_token "
+                "FROM slack_installations UNION ALL "
+                "SELECT bot_token, bot_refresh_token, NULL, NULL FROM slack_bots"
+            )
+        )
+        return json.dumps([list(row) for row in rows])
+
+
+async def test_tokens_are_sealed_at_rest_and_a_revoked_one_leaves_every_row(slack, sessions):
+    """Issue 27, finding 6: bot and refresh tokens were stored in plaintext, and after
+    tokens_revoked the dead token stayed in slack_installations."""
+    assert await slack.install("TS", expires_in=43_200) == 200  # a rotating token too
+    stored = await token_columns(sessions)
+    minted = [token for token, team in slack.api.teams.items() if team == "TS"]
+    assert minted and not [t for t in minted if t in stored]
+    assert "sealed:v1:" in stored and "xoxe" not in stored  # nor the refresh token
+    assert await slack.dm("TS", "U1", "hello") == 200
+    ((token, _),) = slack.answers()
+    assert token in minted  # opened again to answer with it
+
+    revoked = {"type": "tokens_revoked", "tokens": {"bot": ["UBOTTS"]}, "event_ts": slack_ts()}
+    assert await slack.event("TS", revoked) == 200
+    assert "sealed:v1:" not in await token_columns(sessions)
+    with pytest.raises(NotInstalled):
+        await slack.oauth.workspaces.client("slack:TS")
+
+
+async def test_a_rotated_secret_opens_old_tokens_and_seals_them_anew(slack, sessions):
+    await slack.install("TR")
+    installations = slack.oauth.installations
+    # A token stored before sealing existed, beside the sealed ones.
+    async with sessions() as session, session.begin():
+        await session.execute(text("UPDATE slack_bots SET bot_refresh_token = 'xoxe-plain'"))
+    installations.sealer = Sealer("n" * 40, previous=KEY)  # COMPANION_SECRET_KEY rotated
+    assert await installations.reseal() >= 3
+    installations.sealer = Sealer("n" * 40)  # the previous one removed
+    bot = await installations.latest_bot("TR")
+    assert bot is not None and bot.bot_token.startswith("xoxb-TR")
+    assert bot.bot_refresh_token == "xoxe-plain"
+    assert "xoxe-plain" not in await token_columns(sessions)
+    installations.sealer = Sealer("w" * 40)  # a wrong secret says so, in one line
+    with pytest.raises(ConfigError, match="COMPANION_PREVIOUS_SECRET_KEY"):
+        await installations.latest_bot("TR")
+
+
+async def test_run_without_a_secret_key_says_so_before_storing_any_token(fake, pg_url, schema):
+    env = cli_env(
+        fake,
+        pg_url,
+        schema,
+        SLACK_CLIENT_ID=CLIENT_ID,
+        SLACK_CLIENT_SECRET=CLIENT_SECRET,
+        SLACK_SIGNING_SECRET=SECRET,
+        COMPANION_HTTP_HOST="127.0.0.1",
+        COMPANION_HTTP_PORT=str(free_port()),
+    )
+    run = await run_cli(env, "run")
+    last = run.err.strip().splitlines()[-1]  # after `companion run`'s JSON log lines
+    assert run.code == 2 and last.startswith("companion: SLACK_CLIENT_ID"), run
+    assert "COMPANION_SECRET_KEY" in last and "Traceback" not in run.err

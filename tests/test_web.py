@@ -50,11 +50,17 @@ async def sign_in(http: aiohttp.ClientSession, link: str) -> aiohttp.ClientRespo
 
 async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url, schema, engine):
     await seed_one(engine)
-    port = free_port()
+    port, ops = free_port(), free_port()
     env = cli_env(
-        fake, pg_url, schema, COMPANION_HTTP_HOST="127.0.0.1", COMPANION_HTTP_PORT=str(port)
+        fake,
+        pg_url,
+        schema,
+        COMPANION_HTTP_HOST="127.0.0.1",
+        COMPANION_HTTP_PORT=str(port),
+        COMPANION_OPS_PORT=str(ops),
     )
     env.pop("OPENAI_API_KEY"), env.pop("COMPANION_MODEL")  # the inspector needs no model
+    env.pop("COMPANION_OPS_PUBLIC")  # as deployed: the operator's pages off the public port
     proc = await asyncio.create_subprocess_exec(
         *COMPANION, "web", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
@@ -62,9 +68,17 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
         base = f"http://127.0.0.1:{port}"
         async with client() as http:
             await until_listening(f"{base}/healthz", http)
-            for path in ("/readyz", "/metrics", "/"):
-                async with http.get(base + path) as response:
-                    assert response.status == 200, path
+            # Issue 27, finding 9: /metrics and /readyz's details were public here.
+            async with http.get(base + "/readyz") as response:
+                assert response.status == 200 and await response.json() == {"ready": True}
+            async with http.get(base + "/metrics") as response:
+                assert response.status == 404
+            async with http.get(f"http://127.0.0.1:{ops}/metrics") as response:
+                assert response.status == 200 and "companion_" in await response.text()
+            async with http.get(f"http://127.0.0.1:{ops}/readyz") as response:
+                assert response.status == 200 and "platforms" in await response.json()
+            async with http.get(base + "/") as response:
+                assert response.status == 200
             linked = await run_cli(env, "link", "--tenant", TENANT, "--user", "ann")
             assert linked.code == 0 and "once, within 15 minutes" in linked.err
             link = linked.out.strip()
@@ -179,3 +193,28 @@ def test_the_usage_chart_stacks_cached_tokens_when_they_are_known():
         0.6 * cached.bars[0].height
     )
     assert "600 cached, 400 uncached" in cached.bars[0].label
+
+
+async def test_an_erase_from_any_front_end_signs_the_member_out_of_the_inspector(
+    engine, sessions, clock
+):
+    """Issue 27, finding 4: forget from chat left the browser signed in, and a settings form
+    posted from it then recreated the member."""
+    await seed(engine, clock)
+    async with serve_inspector(sessions, clock) as site, client() as ann, client() as bob:
+        await sign_in(ann, await site.link("ann"))
+        await sign_in(bob, await site.link("bob"))
+        async with ann.get(site.url + "/members/ann/settings") as page:
+            csrf = page_csrf(await page.text())
+        await site.members.forget(TENANT, "ann")  # what /companion forget and /memory forget do
+        form = {"csrf": csrf, "openers": "off", "quiet_hours": "22-9", "timezone": "UTC"}
+        async with ann.post(site.url + "/members/ann/settings", data=form) as page:
+            assert page.status == 401
+        assert await site.members.profile(TENANT, "ann") is None  # not recreated
+        await site.members.admin_reset(TENANT, "operator test", "bob")  # `companion reset` too
+        async with bob.get(site.url + "/members/bob", allow_redirects=False) as page:
+            assert page.status == 401
+
+
+def page_csrf(html: str) -> str:
+    return html.split('name="csrf" value="')[1].split('"')[0]

@@ -72,6 +72,35 @@ def is_admin(interaction: discord.Interaction, admin_ids: frozenset[str]) -> boo
     return permissions.manage_guild or permissions.administrator
 
 
+def admin_rights(client: discord.Client, admin_ids: frozenset[str]) -> Any:
+    """The inspector's re-check of an admin session: (tenant, user) -> Manage Server (or
+    Administrator) in that server now, from the gateway's cache or else REST; None when
+    this client does not see the server or Discord cannot say."""
+
+    async def check(tenant: str, user: str) -> bool | None:
+        if user in admin_ids:
+            return True
+        try:
+            guild = client.get_guild(int(tenant.split(":", 1)[1]))
+            member_id = int(user)
+        except (IndexError, ValueError):
+            return None
+        if guild is None:
+            return None
+        member = guild.get_member(member_id)
+        if member is None:
+            try:
+                member = await guild.fetch_member(member_id)
+            except discord.NotFound:
+                return False  # no longer in the server
+            except discord.HTTPException:
+                return None
+        permissions = member.guild_permissions
+        return permissions.manage_guild or permissions.administrator
+
+    return check
+
+
 @dataclass(frozen=True)
 class CommandState:
     """What the commands need from the composition root, handed in when they are built."""

@@ -12,6 +12,7 @@ from Slack, never taken from the payload) or a user id in COMPANION_ADMIN_IDS.
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -30,7 +31,7 @@ from adapters.common import (
 from adapters.slack.events import tenant_key
 from adapters.slack.later import after_ack
 from adapters.text import to_slack_mrkdwn
-from core.errors import BadSetting
+from core.errors import BadSetting, NotInstalled
 
 FORGET = "companion_forget_confirm"
 RESET = "companion_admin_reset_confirm"
@@ -38,14 +39,34 @@ MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
 
 
 async def is_admin(services: Services, client: AsyncWebClient, user: str) -> bool:
+    return bool(await admin_now(services, client, user))  # when in doubt, not an admin
+
+
+async def admin_now(services: Services, client: AsyncWebClient, user: str) -> bool | None:
+    """Workspace admin or owner (or a configured admin id); None when Slack cannot say."""
     if user in services.admin_ids:
         return True
     try:
         info = await client.users_info(user=user)
-    except SlackApiError:
-        return False  # when in doubt, not an admin
+    except SlackApiError as error:
+        return False if error.response.get("error") == "user_not_found" else None
     profile = info.get("user") or {}
+    if profile.get("deleted"):
+        return False
     return bool(profile.get("is_admin") or profile.get("is_owner"))
+
+
+def admin_rights(services: Services, clients: Callable[[str], Awaitable[AsyncWebClient]]) -> Any:
+    """The inspector's re-check of an admin session: (tenant, user) -> admin now?"""
+
+    async def check(tenant: str, user: str) -> bool | None:
+        try:
+            client = await clients(tenant)
+        except NotInstalled:
+            return False  # the workspace removed the app: nobody administers it here
+        return await admin_now(services, client, user)
+
+    return check
 
 
 def confirm_blocks(question: str, action: str, value: str, label: str) -> list[dict[str, Any]]:

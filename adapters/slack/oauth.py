@@ -12,7 +12,9 @@ for every request and refreshes a rotating token before it expires.
     Installations   slack_sdk's async SQLAlchemy store on Companion's tables (a migration).
                     Every install and every removal goes through it, so it is where a
                     community arrives (an installation saved) and leaves (its bot deleted,
-                    on app_uninstalled or tokens_revoked): core.members.tenancy
+                    on app_uninstalled or tokens_revoked): core.members.tenancy. Tokens are
+                    sealed on the way in and opened on the way out (core.sealing, a key
+                    from COMPANION_SECRET_KEY); a revoked bot token leaves every row
     States          the OAuth states, in Postgres: any replica finishes an install that
                     another one started
     Workspaces      a workspace's Web API client outside a request (openers, retried
@@ -22,9 +24,11 @@ for every request and refreshes a rotating token before it expires.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from slack_bolt.authorization.async_authorize import AsyncInstallationStoreAuthorize
 from slack_bolt.oauth.async_oauth_settings import AsyncOAuthSettings
@@ -42,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.slack.events import tenant_key
 from core.errors import NotInstalled
 from core.members.tenancy import Tenancy
+from core.sealing import Sealer
 
 log = logging.getLogger(__name__)
 INSTALL_PATH = "/slack/install"
@@ -66,18 +71,77 @@ SCOPES = (
 )
 
 
+TOKENS = ("bot_token", "bot_refresh_token", "user_token", "user_refresh_token")
+Entity = TypeVar("Entity", Installation, Bot)
+
+
 class Installations(AsyncSQLAlchemyInstallationStore):
-    def __init__(self, client_id: str, engine: AsyncEngine, tenancy: Tenancy) -> None:
+    def __init__(
+        self, client_id: str, engine: AsyncEngine, tenancy: Tenancy, sealer: Sealer
+    ) -> None:
         super().__init__(client_id=client_id, engine=engine, logger=log)
         self.tenancy = tenancy
+        self.sealer = sealer
+
+    def _sealed(self, entity: Entity) -> Entity:
+        sealed = copy.copy(entity)
+        for name in TOKENS:
+            value = getattr(entity, name, None)
+            if value:
+                setattr(sealed, name, self.sealer.seal(value))
+        return sealed
+
+    def _opened(self, entity: Entity | None) -> Entity | None:
+        for name in TOKENS:
+            value = getattr(entity, name, None)
+            if value:
+                setattr(entity, name, self.sealer.open(value))
+        return entity
 
     async def async_save(self, installation: Installation) -> None:
-        await super().async_save(installation)
+        await super().async_save(self._sealed(installation))
         if installation.team_id:  # installed, reinstalled or its token refreshed
             await self.tenancy.arrived(tenant_key(installation.team_id))
 
+    async def async_save_bot(self, bot: Bot) -> None:
+        if not any(self.sealer.is_sealed(getattr(bot, name) or "") for name in TOKENS):
+            bot = self._sealed(bot)  # a bot saved alone (async_save seals its own)
+        await super().async_save_bot(bot)
+
+    async def async_find_bot(self, **where: Any) -> Bot | None:
+        return self._opened(await super().async_find_bot(**where))
+
+    async def async_find_installation(self, **where: Any) -> Installation | None:
+        return self._opened(await super().async_find_installation(**where))
+
+    async def reseal(self) -> int:
+        """Every stored token sealed with the current key (after a rotation of
+        COMPANION_SECRET_KEY, or stored unsealed before): how many values changed."""
+        changed = 0
+        async with self.engine.begin() as conn:
+            for table in (self.installations, self.bots):
+                names = [n for n in TOKENS if n in table.c]
+                rows = (await conn.execute(select(table.c.id, *table.c[*names]))).mappings()
+                for row in list(rows):
+                    new = {n: self.sealer.reseal(row[n]) for n in names if row[n]}
+                    if new:
+                        await conn.execute(table.update().where(table.c.id == row["id"]), new)
+                        changed += len(new)
+        return changed
+
     async def async_delete_bot(self, *, enterprise_id: str | None, team_id: str | None) -> None:
         await super().async_delete_bot(enterprise_id=enterprise_id, team_id=team_id)
+        c = self.installations.c  # the installations keep a copy of the bot token: gone too
+        async with self.engine.begin() as conn:
+            await conn.execute(
+                self.installations.update()
+                .where(
+                    c.client_id == self.client_id,
+                    c.enterprise_id == enterprise_id,
+                    c.team_id == team_id,
+                )
+                .values(bot_token=None, bot_refresh_token=None, bot_token_expires_at=None)
+            )
         if team_id:  # app_uninstalled, or the bot token revoked: nothing can be sent there
             log.info("Slack: workspace %s removed the app; its memory waits", team_id)
             await self.tenancy.departed(tenant_key(team_id))
@@ -102,7 +166,7 @@ class Installations(AsyncSQLAlchemyInstallationStore):
         )
         async with self.engine.connect() as conn:
             row = (await conn.execute(query)).mappings().first()
-        return SQLAlchemyInstallationStore.build_bot_entity(row) if row else None
+        return self._opened(SQLAlchemyInstallationStore.build_bot_entity(row)) if row else None
 
 
 class States(AsyncSQLAlchemyOAuthStateStore):
@@ -157,12 +221,13 @@ def distribution(
     public_url: str,
     engine: AsyncEngine,
     tenancy: Tenancy,
+    sealer: Sealer,
     api_url: str | None = None,
 ) -> Distribution:
     """The install flow of one Slack app, its stores on `engine`, its redirect on
     `public_url` (COMPANION_PUBLIC_URL: what Slack's OAuth settings list as Redirect URL)."""
     api = api_url or AsyncWebClient.BASE_URL
-    installations = Installations(client_id, engine, tenancy)
+    installations = Installations(client_id, engine, tenancy, sealer)
     rotator = AsyncTokenRotator(
         client_id=client_id, client_secret=client_secret, client=AsyncWebClient(base_url=api)
     )

@@ -127,6 +127,11 @@ def check_slack_oauth(settings: Settings) -> Result:
     ]
     if missing:
         return fail(f"Slack: SLACK_CLIENT_ID needs {' and '.join(missing)} (Basic Information)")
+    if not settings.secret_key:
+        return fail(
+            "Slack: SLACK_CLIENT_ID keeps each workspace's tokens sealed with a key from "
+            "COMPANION_SECRET_KEY: set it (`openssl rand -hex 32`) and keep it"
+        )
     if not settings.public_url:
         return warn(
             f"Slack: any workspace, but Slack sends installers back to {settings.base_url}"

@@ -1,6 +1,7 @@
 """The memory inspector: members see and correct their memory in a browser, admins look
 after their community. Server-rendered HTML (Jinja2) on aiohttp; reading needs no JavaScript.
 
+    boundary.py  every request's input, read once: NUL and lone surrogates out, numbers bounded
     auth.py      who is signed in, whose pages they may open, CSRF on every form
     member.py    one member's memory: blocks, conversation, passages, settings, export, erase
     admin.py     the community: members, usage, settings, audit log
@@ -31,6 +32,7 @@ from aiohttp import web
 
 from bot.web.admin import AdminPages
 from bot.web.auth import COOKIE, Doors, member_url, see_other
+from bot.web.boundary import given
 from bot.web.member import MemberPages
 from bot.web.render import Templates
 from core.errors import LinkRefused
@@ -69,7 +71,14 @@ class _Front:
     async def refuse(
         self, request: web.Request, status: int, message: str, viewer: Viewer | None
     ) -> web.StreamResponse:
-        title = {401: "Please sign in", 403: "Not allowed", 500: "Something went wrong"}
+        title = {
+            400: "Could not read that",
+            401: "Please sign in",
+            403: "Not allowed",
+            404: "Not found",
+            413: "Too large",
+            500: "Something went wrong",
+        }
         return self.templates.page(
             "message.html",
             status,
@@ -99,7 +108,7 @@ class _Front:
         )
 
     async def signin_page(self, request: web.Request) -> web.StreamResponse:
-        token = request.query.get("token", "")
+        token = given(request).query.get("token", "")
         try:
             grant = await self.inspector.access.check(token)
         except LinkRefused as error:
@@ -120,7 +129,7 @@ class _Front:
         return page
 
     async def signin(self, request: web.Request) -> web.StreamResponse:
-        form = await request.post()
+        form = given(request).form
         token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
         expected = request.cookies.get(SIGN_IN_NONCE, "")
         if not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.web.auth import see_other
+from bot.web.boundary import given
 from bot.web.render import Templates, admin_tabs, usage_chart
 from core.errors import BadSetting
 from core.members.access import Viewer
@@ -72,7 +73,7 @@ class AdminPages:
             s=current,
             error=error,
             notice="Saved; every member's next opener is re-planned."
-            if request.query.get("saved")
+            if given(request).query.get("saved")
             else None,
         )
 

@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from bot.web.boundary import given, read
 from core.members.access import Viewer
 
 log = logging.getLogger(__name__)
@@ -74,22 +75,33 @@ NOT_SIGNED_IN = "You are not signed in, or your session ended. Ask the bot for a
 NOT_YOURS = "That page belongs to someone else's memory; you can only see your own."
 ADMINS_ONLY = "That page is for the community's admins."
 BROKEN = "Sorry, something went wrong on our side; nothing was changed. Please try again."
+NO_SUCH_PAGE = "There is no such page here."
+TOO_LARGE = "That form was larger than this site takes (1 MB), so nothing was changed."
+UNREADABLE = "That request could not be read, so nothing was changed."
 STALE_FORM = (
     "That form could not be checked (it is from another session, or too old). "
     "Reload the page and try again; nothing was changed."
 )
 
 
-async def _form(request: web.Request, viewer: Viewer) -> Mapping[str, str] | None:
+def _form(request: web.Request, viewer: Viewer) -> Mapping[str, str] | None:
     """A POST's fields when its CSRF token is this session's; None when it is not."""
     if request.method != "POST":
         return {}
-    fields = await request.post()
-    form = {key: value for key, value in fields.items() if isinstance(value, str)}
+    form = given(request).form
     token = form.get("csrf", "")
     if not hmac.compare_digest(token.encode(), viewer.csrf.encode()):
         return None
     return form
+
+
+def _said(error: web.HTTPException) -> str:
+    """What a person is told for an HTTP error raised below a handler."""
+    if error.status == 413:
+        return TOO_LARGE
+    if error.status == 404:
+        return NO_SUCH_PAGE
+    return UNREADABLE
 
 
 class Doors:
@@ -103,12 +115,19 @@ class Doors:
         return await self.lookup(request.cookies.get(COOKIE))
 
     def secured(self, handler: Handler) -> Handler:
-        """Safe headers on every answer; a failure is logged and answered with a page."""
+        """The input read through the boundary, safe headers on every answer; an HTTP error
+        (413: a form over the size limit) is answered as itself, any other failure is logged
+        and answered with a 500 page."""
 
         @wraps(handler)
         async def with_headers(request: web.Request) -> web.StreamResponse:
             try:
+                await read(request)
                 response = await handler(request)
+            except web.HTTPException as error:
+                if error.status < 400:  # a redirect a handler raised
+                    raise
+                response = await self.refuse(request, error.status, _said(error), None)
             except Exception:
                 log.exception("inspector: %s %s failed", request.method, request.path)
                 response = await self.refuse(request, 500, BROKEN, None)
@@ -127,7 +146,7 @@ class Doors:
         reason = why_not(viewer)
         if reason is not None:
             return await self.refuse(request, 403, reason, viewer)
-        form = await _form(request, viewer)
+        form = _form(request, viewer)
         if form is None:
             return await self.refuse(request, 403, STALE_FORM, viewer)
         return viewer, form
@@ -135,7 +154,9 @@ class Doors:
     def member_page(self, handler: MemberHandler) -> Handler:
         @wraps(handler)
         async def guarded(request: web.Request) -> web.StreamResponse:
-            member = request.match_info["user"]
+            member = given(request).path("user")
+            if member is None:  # a name no member can have (NUL, a lone surrogate)
+                return await self.refuse(request, 404, NO_SUCH_PAGE, None)
             admitted = await self._admit(
                 request, lambda viewer: None if viewer.may_see(member) else NOT_YOURS
             )

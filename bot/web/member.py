@@ -26,6 +26,7 @@ from aiohttp import web
 
 from adapters.common import NOTHING_YET, export_bytes
 from bot.web.auth import COOKIE, Visit, see_other
+from bot.web.boundary import BIGINT, given
 from bot.web.render import Templates, admin_tabs, member_tabs
 from core.errors import BadSetting, BlockRefused
 from core.members.access import Access
@@ -47,13 +48,6 @@ class BlockForm:
 @cache
 def _zones() -> list[str]:
     return sorted(available_timezones())
-
-
-def _int(value: str | None, default: int) -> int:
-    try:
-        return int(value) if value else default
-    except ValueError:
-        return default
 
 
 class MemberPages:
@@ -99,9 +93,10 @@ class MemberPages:
                 )
             else:
                 blocks.append(BlockForm(label, value, value, len(value), limit))
-        saved = request.query.get("saved")
+        query = given(request).query
+        saved = query.get("saved")
         notice = f"Saved the {saved} block." if saved else None
-        if request.query.get("reset"):
+        if query.get("reset"):
             notice = "Done: this member's memory is erased; they start afresh."
         return await self._page(
             visit,
@@ -116,7 +111,9 @@ class MemberPages:
         )
 
     async def save_block(self, request: web.Request, visit: Visit) -> web.StreamResponse:
-        label = request.match_info["label"]
+        label = given(request).path("label")
+        if label is None:
+            return await self.missing(visit)
         value = visit.form.get("value", "")
         try:
             await self.members.edit_block(
@@ -134,11 +131,12 @@ class MemberPages:
 
     async def conversation(self, request: web.Request, visit: Visit) -> web.Response:
         tenant, member, actor = visit.viewer.tenant, visit.member, visit.actor
-        query = request.query.get("q", "").strip()[:200]
-        before = _int(request.query.get("before"), 0) or None
+        given_ = given(request)
+        query = given_.query.get("q", "").strip()[:200]
+        before = given_.number(given_.query.get("before"), 0, high=BIGINT) or None
         found = conversation = None
         if query:
-            page = _int(request.query.get("page"), 1)
+            page = given_.number(given_.query.get("page"), 1)
             found = await self.members.search(tenant, member, query, page, actor)
         else:
             conversation = await self.members.conversation(tenant, member, before, actor)
@@ -154,21 +152,23 @@ class MemberPages:
         )
 
     async def passages(self, request: web.Request, visit: Visit) -> web.Response:
-        page = _int(request.query.get("page"), 1)
+        given_ = given(request)
+        page = given_.number(given_.query.get("page"), 1)
         found = await self.members.passages(visit.viewer.tenant, visit.member, page, visit.actor)
-        notice = "Deleted the passage." if request.query.get("deleted") else None
+        notice = "Deleted the passage." if given_.query.get("deleted") else None
         return await self._page(
             visit, "passages", "Archival memory", "passages.html", passages=found, notice=notice
         )
 
     async def delete_passage(self, request: web.Request, visit: Visit) -> web.StreamResponse:
-        passage = _int(request.match_info["passage"], 0)
+        given_ = given(request)
+        passage = given_.number(given_.path("passage"), 0, high=BIGINT)
         deleted = passage > 0 and await self.members.delete_passage(
             visit.viewer.tenant, visit.member, passage, visit.actor
         )
         if not deleted:
             return await self.missing(visit)
-        page = _int(visit.form.get("page"), 1)
+        page = given_.number(visit.form.get("page"), 1)
         return see_other(f"{visit.base}/passages?page={page}&deleted=1")
 
     async def settings(
@@ -191,7 +191,7 @@ class MemberPages:
             zones=_zones() if visit.actor is None else [],
             zone_choice=visit.form.get("timezone") or (view.timezone if view else "UTC"),
             error=error,
-            notice="Saved your settings." if request.query.get("saved") else None,
+            notice="Saved your settings." if given(request).query.get("saved") else None,
         )
 
     async def save_settings(self, request: web.Request, visit: Visit) -> web.StreamResponse:
@@ -240,8 +240,7 @@ class MemberPages:
                 "Yes, erase everything",
                 "/forget",
             )
-        await self.members.forget(visit.viewer.tenant, visit.member)
-        await self.access.sign_out_member(visit.viewer.tenant, visit.member)
+        await self.members.forget(visit.viewer.tenant, visit.member)  # signs them out too
         response = self.templates.page(
             "message.html",
             title="Erased",

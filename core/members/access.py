@@ -3,15 +3,20 @@
     link(tenant, member, actor)   a URL to the inspector, signed, valid for `link_ttl`
     check(token) -> Grant         what a link grants; `LinkRefused` when tampered or expired
     redeem(token) -> (cookie, Viewer)   a new session; a link signs in once
-    viewer(cookie) -> Viewer      the live session behind a browser's cookie, or None
+    viewer(cookie) -> Viewer      the live session behind a browser's cookie, or None; an
+                                  admin's only while the platform still says admin
     sign_out(cookie), sign_out_member(tenant, member)
 
 A link's token is `<payload>.<signature>` in base64url: the payload names the tenant, the
 member (none for an admin of the tenant), whom it was issued to, its expiry and a random
 nonce; the signature is HMAC-SHA256 under the deployment's secret (COMPANION_SECRET_KEY, else
-the one migration 0010 generated into `meta`). The browser keeps a random session token and
-the database only its SHA-256, so a copy of the table opens nothing. `Viewer.may_see` is the
-one rule of who reads whose memory: a member only their own, an admin anyone in their tenant.
+the one migration 0010 generated, kept in `signing_secret`, which only the app's role
+reads). The browser keeps a random session token and
+the database only its SHA-256, so a copy of the table opens nothing. A used link's nonce is
+kept in `spent_links` until the link's own expiry (migration 0029), apart from the sessions:
+no sign-out, forget or erase frees it, and no replica's shorter link lifetime sweeps it
+early. `Viewer.may_see` is the one rule of who reads whose memory: a member only their own,
+an admin anyone in their tenant.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import LinkRefused
-from core.models import Meta, WebSession
+from core.models import SigningSecret, SpentLink, WebSession
+from core.ports import AdminRights
 
 SIGN_IN_PATH = "/signin"
 LINK_TTL = timedelta(minutes=15)
 SESSION_TTL = {"member": timedelta(hours=12), "admin": timedelta(hours=1)}
+RIGHTS_TTL = timedelta(minutes=1)  # how long a platform's "still an admin" is taken as true
+OPERATOR = "operator "  # how `companion link --admin` names its actor: no platform to ask
 _PURPOSE = b"companion sign-in link v1"
 
 
@@ -135,8 +143,11 @@ class Access:
         base_url: str,
         secret: str | None = None,
         link_ttl: timedelta = LINK_TTL,
+        rights: AdminRights | None = None,
     ) -> None:
         self.sessions = sessions
+        self.rights = rights  # set by `companion run` once its platforms are served
+        self._rights_seen: dict[tuple[str, str], tuple[bool | None, datetime]] = {}
         self.clock = clock
         self.base_url = base_url.rstrip("/")
         self.link_ttl = link_ttl
@@ -150,14 +161,15 @@ class Access:
         return self._key
 
     async def _stored_secret(self) -> str:
-        """The secret in `meta`; made here if it is missing (the migration makes it first)."""
+        """The secret in `signing_secret`; made here if it is missing (migration 0010 made
+        it first, and 0029 moved it out of `meta`, which other roles may read)."""
         async with self.sessions() as session, session.begin():
             await session.execute(
-                insert(Meta)
-                .values(key="secret_key", value=secrets.token_hex(32))
+                insert(SigningSecret)
+                .values(one=True, value=secrets.token_hex(32))
                 .on_conflict_do_nothing()
             )
-            value = await session.scalar(select(Meta.value).where(Meta.key == "secret_key"))
+            value = await session.scalar(select(SigningSecret.value))
             assert value is not None
             return value
 
@@ -174,7 +186,7 @@ class Access:
         grant = unsign(await self.key(), token, self.clock(), self.link_ttl)
         async with self.sessions() as session:
             spent = await session.scalar(
-                select(WebSession.token_hash).where(WebSession.link_nonce == grant.nonce)
+                select(SpentLink.nonce).where(SpentLink.nonce == grant.nonce)
             )
         if spent is not None:
             raise _used()
@@ -190,13 +202,20 @@ class Access:
             grant.tenant, grant.member, grant.actor, secrets.token_urlsafe(24), now + ttl
         )
         async with self.sessions() as session, session.begin():
-            # Rows stay a link's lifetime past their end, so an old link's nonce stays spent.
-            await session.execute(
-                delete(WebSession).where(WebSession.expires_at < now - self.link_ttl)
+            # The link is spent first, until its own expiry: whatever deletes sessions later
+            # (sign-out, forget, tenant erase), it never signs in again.
+            spent = await session.scalar(
+                insert(SpentLink)
+                .values(nonce=grant.nonce, expires_at=grant.expires_at)
+                .on_conflict_do_nothing()
+                .returning(SpentLink.nonce)
             )
-            created = await session.scalar(
-                insert(WebSession)
-                .values(
+            if spent is None:  # another request redeemed it first
+                raise _used()
+            await session.execute(delete(WebSession).where(WebSession.expires_at < now))
+            await session.execute(delete(SpentLink).where(SpentLink.expires_at < now))
+            await session.execute(
+                insert(WebSession).values(
                     token_hash=_hash(cookie),
                     tenant=viewer.tenant,
                     member=viewer.member,
@@ -206,11 +225,7 @@ class Access:
                     created_at=now,
                     expires_at=viewer.expires_at,
                 )
-                .on_conflict_do_nothing(index_elements=["link_nonce"])
-                .returning(WebSession.token_hash)
             )
-        if created is None:  # another request redeemed it first
-            raise _used()
         return cookie, viewer
 
     async def viewer(self, cookie: str | None) -> Viewer | None:
@@ -224,7 +239,23 @@ class Access:
             )
         if row is None:
             return None
+        if row.member is None and await self._demoted(row.tenant, row.actor):
+            await self._end(WebSession.token_hash == row.token_hash)
+            return None
         return Viewer(row.tenant, row.member, row.actor, row.csrf, row.expires_at)
+
+    async def _demoted(self, tenant: str, actor: str) -> bool:
+        """Whether the platform now says `actor` is no admin of `tenant` (asked at most once
+        a minute per admin). An operator's link, or a platform this process does not serve,
+        keeps the rights the link was made with, for the session's hour."""
+        if self.rights is None or actor.startswith(OPERATOR):
+            return False
+        now = self.clock()
+        seen = self._rights_seen.get((tenant, actor))
+        if seen is None or seen[1] <= now:
+            seen = (await self.rights.is_admin(tenant, actor), now + RIGHTS_TTL)
+            self._rights_seen[(tenant, actor)] = seen
+        return seen[0] is False
 
     async def sign_out(self, cookie: str) -> None:
         await self._end(WebSession.token_hash == _hash(cookie))
@@ -234,10 +265,5 @@ class Access:
         await self._end((WebSession.tenant == tenant) & (WebSession.member == member))
 
     async def _end(self, which: object) -> None:
-        # Expired, not deleted: the link's nonce must stay spent until the link expires.
         async with self.sessions() as session, session.begin():
-            await session.execute(
-                update(WebSession)
-                .where(which, WebSession.expires_at > self.clock())  # type: ignore[arg-type]
-                .values(expires_at=self.clock())
-            )
+            await session.execute(delete(WebSession).where(which))  # type: ignore[arg-type]

@@ -121,7 +121,20 @@ def _time(value: Any) -> datetime:
     return when
 
 
+def _name(value: str) -> str:
+    """A name or id as it is stored: refused, not mended, when Postgres could not store it
+    (a NUL, a lone surrogate), since a changed name would name someone else."""
+    if clean_text(value) != value:
+        raise PydanticCustomError(
+            "name",
+            "holds a NUL or a lone surrogate, which cannot be stored: {got}",
+            {"got": repr(value)[:60]},
+        )
+    return value
+
+
 Text = Annotated[str, AfterValidator(clean_text)]  # Postgres cannot store NUL bytes
+Name = Annotated[str, AfterValidator(_name)]
 NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(clean_text)]
 Time = Annotated[datetime, BeforeValidator(_time)]
 Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]  # a Postgres integer
@@ -179,9 +192,9 @@ class PassagePart(Part):
 class Export(Part):
     format: Literal["companion-export"]
     version: Literal[1]
-    tenant: str | None = None
-    user: str | None = None
-    display_name: str | None = None
+    tenant: Name | None = None
+    user: Name | None = None
+    display_name: Name | None = None
     blocks: list[BlockPart]
     messages: list[MessagePart]
     summary: Text | None = None  # the latest summary: all that a minimal file may carry

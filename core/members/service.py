@@ -19,12 +19,19 @@ from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
-from core.directory import ensure_agent, find_agent, find_user, lock_tenant, reset_agent
+from core.directory import (
+    ensure_agent,
+    erase_member,
+    find_agent,
+    find_user,
+    lock_tenant,
+    reset_agent,
+)
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.audit import record
@@ -222,13 +229,10 @@ class Members:
             return await export_agent(session, scope) if scope else None
 
     async def forget(self, tenant: str, user: str) -> bool:
-        """Erase the member: their agent, all its memory, and their settings."""
+        """Erase the member: their agent, all its memory, their settings and their inspector
+        sessions, in one transaction (from any front end)."""
         async with self.sessions() as session, session.begin():
-            member = await find_user(session, tenant, user)
-            if member is None:
-                return False
-            await session.execute(delete(User).where(User.id == member.id))
-            return True
+            return await erase_member(session, tenant, user)
 
     async def settings(self, tenant: str, user: str, **changes: Any) -> dict[str, Any]:
         """Update a member's settings (openers, quiet_hours, timezone); returns them all."""

@@ -27,8 +27,9 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.directory import end_sessions
 from core.members.audit import record
-from core.models import Tenant, User, WebSession
+from core.models import Tenant, User
 
 GRACE = timedelta(days=30)
 RETENTION = "retention: {days} days after the platform removed the bot"
@@ -111,7 +112,7 @@ class Tenancy:
         # Deleting a user cascades to their agent and everything it owns (blocks, messages,
         # summaries, passages, events, outbox, usage).
         await session.execute(delete(User).where(User.tenant_id == tenant.id))
-        await session.execute(delete(WebSession).where(WebSession.tenant == tenant.key))
+        await end_sessions(session, tenant.key, None)
         departed = tenant.departed_at
         tenant.settings = {}
         tenant.departed_at = None  # nothing left to wait for
