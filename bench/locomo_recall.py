@@ -147,7 +147,7 @@ async def lexemes_of_messages(session: AsyncSession, scope: Scope) -> dict[int, 
     rows = await session.execute(
         text(
             "SELECT m.id, l.lexeme, coalesce(array_length(l.positions, 1), 1) AS n "
-            "FROM messages m, unnest(m.tsv) AS l "
+            "FROM messages m, unnest(to_tsvector('english', m.search_text)) AS l "
             "WHERE m.tenant_id = :t AND m.agent_id = :a"
         ),
         {"t": scope.tenant_id, "a": scope.agent_id},

@@ -14,9 +14,10 @@ suits short chat turns. A word's weight is ln(1 + (N - df + 0.5) / (df + 0.5)), 
 agent's searchable messages, df those holding the word, both read from `message_terms`
 (for passages, `passage_terms`). The rows holding the words are read from
 `message_words` / `passage_words` by index (an index-only scan of (tenant, agent, word),
-the word count beside each id) and scored in one aggregate. Not from the GIN indexes of
-`tsv`: inside the member's wall Postgres may not use them (migration 0021), and reads every
-message or passage of the agent.
+the word count beside each id) and scored in one aggregate. A text's words, stored or asked,
+are read by one function in the database, `companion_lexemes` (migration 0028: any script,
+folded and stemmed). Not from the GIN indexes of `tsv`: inside the member's wall Postgres
+may not use them (migration 0021), and reads every message or passage of the agent.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SELECT t.lexeme,
        CAST(ln(1 + (n.{rows} - s.{rows} + 0.5) / (s.{rows} + 0.5)) AS float8) AS idf,
        s.{rows} AS held, n.{rows} AS corpus
 FROM (
-    SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
+    SELECT DISTINCT lexeme FROM unnest(companion_query_words(:query)) lexeme
 ) t
 JOIN {terms} s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
 JOIN {terms} n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
@@ -111,7 +112,7 @@ PASSAGES = Index(
 
 @dataclass(frozen=True)
 class Weight:
-    lexeme: str  # the word as Postgres' `english` configuration stems it
+    lexeme: str  # the word as `companion_lexemes` (migration 0028) stores it
     idf: float
     held: int  # the agent's messages holding it
     corpus: int  # the agent's searchable messages
@@ -120,7 +121,8 @@ class Weight:
 async def weights(
     session: AsyncSession, scope: Scope, query: str, index: Index = MESSAGES
 ) -> list[Weight]:
-    """The query's words (its `english` lexemes) that the agent's rows hold, weighed."""
+    """The query's words (every lexeme they may be stored as, `companion_query_words`)
+    that the agent's rows hold, weighed."""
     rows = await session.execute(
         text(index.weights_sql),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},

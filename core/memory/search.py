@@ -7,8 +7,10 @@
 
 Text search ranks by the sum of inverse document frequencies of the question's key words
 that a row contains (BM25 without term-frequency saturation, which suits short chat turns):
-a row need not contain every word, rare words count for more, and stemming comes from
-Postgres' `english` configuration; the rows holding the words are found in the agent's
+a row need not contain every word, rare words count for more, and a text's words are read
+the same way in every language when it is stored and when it is asked (migration 0028:
+character pairs for Chinese, Japanese and Korean, case, accents and width folded, each
+language's stemmer); the rows holding the words are found in the agent's
 word index (core.memory.keywords), which Postgres may use inside the member's wall. With a
 query embedding, the nearest rows by cosine
 distance (pgvector HNSW, iterative scans so that filtering to one agent still fills the
