@@ -47,6 +47,8 @@ SAID = [
     "Wir wohnen in der Hauptstraße 12.",
     "Ο φίλος μου ο Νίκος είναι σοφός.",
     "I walked the dog in the park and it rained.",
+    "В субботу свадьба у моего друга Максима.",
+    "Das neue Sofa kommt erst am Montag.",
 ]
 
 
@@ -82,6 +84,8 @@ FINDS = {
     "ss for ß": ("HAUPTSTRASSE", SAID[13]),
     "Greek, case and accent": ("ΣΟΦΟΣ", SAID[14]),
     "English still stems": ("walking dogs", SAID[15]),
+    "Russian, a name the stemmer cuts differently": ("Максим", SAID[16]),
+    "German, a plural its stemmer keeps": ("Sofas", SAID[17]),
 }
 
 

@@ -29,9 +29,14 @@ One function now reads a text for both sides, the index and the query, the same 
    when none is found), stop words left out as each stemmer lists them. Lexemes of a
    language other than English carry its code ("de:schwest"), so a German stem cannot match
    an English word it happens to equal. Numbers are kept as they are.
-4. A query's Latin-script words are stemmed in all thirteen languages, each variant tagged
-   as stored: a query finds a word whichever language its message was taken to be in. A
-   query's lexemes that no message holds weigh nothing (core.memory.keywords).
+4. A query's Latin-script words are stemmed in all thirteen languages, and each stem is
+   tagged with every language code: a query finds a word whichever language its message was
+   taken to be in, and whichever stemmer gets it right ("Sofas" is "sofas" to the German
+   stemmer, "sofa" to the English one). A query's Russian word of four letters or more is
+   also looked for as written and without its last letter, stemmed or not: the stemmer cuts
+   names too far in one case and not in another ("мар" for "Маруся" but "марус" for
+   "Марусей", "макс" for "Максим" but "максим" for "Максима"). A query's lexemes that no
+   message holds weigh nothing (core.memory.keywords).
 
 Words over 100 characters are left out, and at most 60,000 lexemes of one text are kept
 (a tsvector holds at most 1 MB). The upgrade recomputes both columns (the tables are
@@ -200,6 +205,7 @@ DECLARE
     words text[] := '{{}}';  -- Latin-script words as written, for the common words
     bare text[] := '{{}}';   -- the same without accents, for the stemmers
     out text[] := '{{}}';
+    stems text[];
     score numeric := 0;
     v numeric;
     best int := 1;
@@ -236,7 +242,12 @@ BEGIN
                     words := words || t;
                     bare := bare || t;
                 ELSIF t ~ '[\\u0400-\\u052f]' THEN
-                    out := out || (ts_lexize('russian_stem', translate(t, 'ё', 'е')))[1];
+                    t := translate(t, 'ё', 'е');
+                    out := out || (ts_lexize('russian_stem', t))[1];
+                    IF for_query AND char_length(t) >= 4 THEN  -- see 4. above
+                        out := out || t || left(t, -1)
+                            || (ts_lexize('russian_stem', left(t, -1)))[1];
+                    END IF;
                 ELSIF t ~ '[\\u0370-\\u03ff\\u1f00-\\u1fff]' THEN
                     out := out || (ts_lexize('greek_stem', {unaccented}))[1];
                 ELSIF t ~ '[\\u0600-\\u06ff\\u0750-\\u077f]' THEN
@@ -272,9 +283,14 @@ BEGIN
         IF t = '' THEN CONTINUE; END IF;
         IF t ~ '^[0-9]+$' THEN out := out || t; CONTINUE; END IF;
         IF for_query THEN
+            stems := '{{}}';
             FOR j IN 1 .. {languages} LOOP
-                out := out || (CASE j WHEN 1 THEN '' ELSE codes[j] || ':' END
-                               || (ts_lexize(dicts[j], t))[1]);
+                stems := stems || (ts_lexize(dicts[j], t))[1];
+            END LOOP;
+            FOREACH c IN ARRAY ARRAY(SELECT DISTINCT s FROM unnest(stems) s WHERE s <> '') LOOP
+                FOR j IN 1 .. {languages} LOOP
+                    out := out || (CASE j WHEN 1 THEN '' ELSE codes[j] || ':' END || c);
+                END LOOP;
             END LOOP;
         ELSE
             out := out || (CASE best WHEN 1 THEN '' ELSE codes[best] || ':' END
