@@ -63,13 +63,17 @@ NOT_OF_EVENT = """{alias}.message_id <> ALL (ARRAY(
 _SKIP_EVENT = "WHERE " + NOT_OF_EVENT.format(alias="w")
 
 _BEST_SQL = """
-SELECT id FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
+SELECT id, score FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
 """
 
+# The rows scoring at least :ratio of the best one, a page of them, and how many they are.
 _PAGE_SQL = """
 SELECT r.id, {text} AS text, {kind} AS kind, r.created_at, s.total, s.score
 FROM (
-    SELECT id, score, count(*) OVER () AS total FROM ({scored}) s
+    SELECT id, score, count(*) OVER () AS total FROM (
+        SELECT id, score, max(score) OVER () AS top FROM ({scored}) a
+    ) s
+    WHERE score >= :ratio * top
     ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
 ) s
 JOIN {rows} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = s.id
@@ -154,14 +158,21 @@ async def ranked(
     offset: int = 0,
     skip_event: int | None = None,
     index: Index = MESSAGES,
+    ratio: float = 0.0,
 ) -> list[Any]:
     """Rows (id, text, kind, created_at, total matches, score) of the rows holding any of
-    `words`, best first, from `offset`; the messages of `skip_event` left out."""
+    `words` and scoring at least `ratio` of the best, best first, from `offset`; the
+    messages of `skip_event` left out."""
     if not words:
         return []
     scored = _scored(index, skip_event)
     sql = _PAGE_SQL.format(scored=scored, text=index.text, kind=index.kind, rows=index.rows)
-    params = {**_params(scope, words, skip_event), "limit": limit, "offset": offset}
+    params = {
+        **_params(scope, words, skip_event),
+        "limit": limit,
+        "offset": offset,
+        "ratio": ratio,
+    }
     return list(await session.execute(text(sql), params))
 
 
@@ -174,8 +185,22 @@ async def best(
     index: Index = MESSAGES,
 ) -> list[int]:
     """The ids of the `limit` best rows holding any of `words` (`ranked`'s order)."""
+    return [
+        row_id for row_id, _ in await best_scored(session, scope, words, limit, skip_event, index)
+    ]
+
+
+async def best_scored(
+    session: AsyncSession,
+    scope: Scope,
+    words: list[Weight],
+    limit: int,
+    skip_event: int | None = None,
+    index: Index = MESSAGES,
+) -> list[tuple[int, float]]:
+    """(id, score) of the `limit` best rows holding any of `words`, best first."""
     if not words:
         return []
     sql = _BEST_SQL.format(scored=_scored(index, skip_event))
     params = {**_params(scope, words, skip_event), "limit": limit}
-    return [row.id for row in await session.execute(text(sql), params)]
+    return [(row.id, row.score) for row in await session.execute(text(sql), params)]

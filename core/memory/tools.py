@@ -97,9 +97,9 @@ def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
     )
 
 
-def _format_page(page: Page, what: str, query: str = "") -> str:
+def _format_page(page: Page, what: str, query: str = "", nothing: str = "") -> str:
     if page.total == 0:
-        return f"No {what} found."
+        return nothing or f"No {what}."
     if page.page > page.pages:
         raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
     lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
@@ -110,6 +110,21 @@ def _format_page(page: Page, what: str, query: str = "") -> str:
     if page.page < page.pages:
         lines.append(f"More: call again with page={page.page + 1}.")
     return "\n".join(lines)
+
+
+def _nothing(query: str, what: str, note: str, ctx: ToolContext) -> str:
+    """What the model is told when a search matched nothing: plainly, and why."""
+    how = (
+        "share its words"
+        if note or ctx.embedder is None
+        else ("share its words or come close to its meaning")
+    )
+    return f"Nothing matched {_quoted(query)}: no {what} {how}."
+
+
+def _quoted(query: str) -> str:
+    query = " ".join(query.split())
+    return f'"{query[:80]}…"' if len(query) > 80 else f'"{query}"'
 
 
 def _page_number(page: int) -> int:
@@ -215,7 +230,7 @@ async def conversation_search(
     if not query.strip():
         raise ToolError("query is empty")
     found, note = await find_messages(ctx, query, _page_number(page))
-    return note + _format_page(found, "messages", query)
+    return note + _format_page(found, "messages", query, _nothing(query, "messages", note, ctx))
 
 
 async def conversation_search_date(
@@ -286,7 +301,7 @@ async def archival_memory_search(
     found = await archival_search(
         store.session, store.scope, cleaned, embedding, _page_number(page), ctx.config.page_size
     )
-    return note + _format_page(found, "passages", query)
+    return note + _format_page(found, "passages", query, _nothing(query, "passages", note, ctx))
 
 
 TOOLS = (
