@@ -22,6 +22,7 @@ from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
+from core.memory.tools import snippet
 from tests.fake_openai import calls, say, tool_call
 from tests.test_functions import script, shown_results, talk
 from tests.test_message_vectors import _alembic
@@ -190,3 +191,11 @@ async def test_the_migration_reads_every_stored_message_again_and_the_downgrade_
         assert await first_found("ミソ") == MISO
     finally:
         await engine.dispose()
+
+
+def test_a_long_hit_is_shown_around_a_name_written_without_spaces():
+    before = "今日は朝から雨が降っていて、電車も遅れていました。" * 20
+    long = before + MISO + "それから仕事に行きました。" * 10
+    shown = snippet(long, "ミソについて")
+    assert MISO in shown and shown.startswith("…")
+    assert len(shown) <= 402

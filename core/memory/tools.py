@@ -82,13 +82,31 @@ def _set_block(ctx: ToolContext, block: Block, value: str) -> str:
     return f"Block {block.label!r} now has {len(value)} of {block.char_limit} characters."
 
 
+# Chinese, Japanese and Korean, written without spaces (as migration 0028 reads them).
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+
+
+_KANA = re.compile(r"[\u3040-\u309f]+")  # hiragana: particles and endings in Japanese
+
+
+def _query_parts(query: str) -> list[str]:
+    """What to look for in a hit's text: the start of each word of three letters or more,
+    and each pair of neighbouring characters of a run without spaces (a name inside it)
+    but for pairs of hiragana alone."""
+    lowered = query.lower()
+    parts = [w[:5] for w in re.findall(r"\w{3,}", _UNSPACED.sub(" ", lowered))]
+    for run in _UNSPACED.findall(lowered):
+        pairs = (run[i : i + 2] for i in range(len(run) - 1))
+        parts += [pair for pair in pairs if not _KANA.fullmatch(pair)]  # not "につ", "いて"
+    return parts
+
+
 def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
     """At most `limit` characters of `text`, around the first place a query word appears."""
     if len(text) <= limit:
         return text
     lowered = text.lower()
-    stems = [w[:5] for w in re.findall(r"\w{3,}", query.lower())]
-    hits = [at for at in (lowered.find(stem) for stem in stems) if at >= 0]
+    hits = [at for at in (lowered.find(part) for part in _query_parts(query)) if at >= 0]
     start = max(0, min(min(hits, default=0) - limit // 3, len(text) - limit))
     return (
         ("…" if start else "")
