@@ -147,7 +147,7 @@ async def lexemes_of_messages(session: AsyncSession, scope: Scope) -> dict[int, 
     rows = await session.execute(
         text(
             "SELECT m.id, l.lexeme, coalesce(array_length(l.positions, 1), 1) AS n "
-            "FROM messages m, unnest(m.tsv) AS l "
+            "FROM messages m, unnest(to_tsvector('english', m.search_text)) AS l "
             "WHERE m.tenant_id = :t AND m.agent_id = :a"
         ),
         {"t": scope.tenant_id, "a": scope.agent_id},
@@ -166,6 +166,14 @@ async def lexemes_of(session: AsyncSession, words: str) -> set[str]:
 
 
 # ---------------------------------------------------------------- scoring
+
+
+def pages_at(size: int, results: int, found: list[str], gold: set[str]) -> tuple[int, int]:
+    """Pages the model is told of, and those it reads paging on until the first evidence
+    turn (all of them when `found`, the first results, holds none)."""
+    pages = max(1, math.ceil(results / size))
+    first = next((rank for rank, turn in enumerate(found) if turn in gold), None)
+    return pages, pages if first is None else first // size + 1
 
 
 @dataclass
@@ -216,6 +224,7 @@ async def main() -> None:
     product, reference = Scores(), Scores()
     evidence = EvidenceLog()
     latency: list[float] = []
+    paging: list[tuple[int, int, int]] = []  # (results, pages told, pages read) per question
     per_conversation = []
     dim = LocalEmbedder.dimension
     async with bench_database(args.database_url, embedding_dim=dim, pool_size=2) as db:
@@ -255,6 +264,9 @@ async def main() -> None:
                     page, _ = await find_messages(ctx, qa["question"], 1)
                     latency.append(time.perf_counter() - start)
                     ids = [dia_of[hit.id] for hit in page.hits]
+                    if qa["category"] != 5:
+                        told, read = pages_at(EngineConfig().page_size, page.total, ids, gold)
+                        paging.append((page.total, told, read))
                     ranked = {k: ids[:k] for k in ks}
                     product.add(qa["category"], gold, ranked)
                     mine.add(qa["category"], gold, ranked)
@@ -318,6 +330,16 @@ async def main() -> None:
         print(f"  unparseable: {entry!r}")
     for dia_id in evidence.unknown:
         print(f"  no such turn: {dia_id}")
+    if paging:
+        print(
+            f"\nResults per question (all but adversarial): median "
+            f"{statistics.median(r for r, _, _ in paging):g}; at "
+            f"{EngineConfig().page_size} a page, pages told "
+            f"{statistics.fmean(t for _, t, _ in paging):.2f} and read "
+            f"{statistics.fmean(r for _, _, r in paging):.2f} on average (read: up to the page "
+            f"holding the first evidence turn, or every page when none of the first "
+            f"{max(ks)} holds one)"
+        )
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(

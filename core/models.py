@@ -159,7 +159,7 @@ class Message(Base):
     # What a person said or was told: the user's words, or the text of a send_message.
     search_text: Mapped[str | None] = mapped_column(Text)
     tsv: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('english', coalesce(search_text, ''))", persisted=True)
+        TSVECTOR, Computed("companion_words(coalesce(search_text, ''))", persisted=True)
     )
     tokens: Mapped[int] = mapped_column(Integer, default=0)
     in_context: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -228,9 +228,7 @@ class Passage(Base):
     agent_id: Mapped[int] = _agent_fk()
     text: Mapped[str] = mapped_column(Text)
     source: Mapped[str | None] = mapped_column(String)
-    tsv: Mapped[Any] = mapped_column(
-        TSVECTOR, Computed("to_tsvector('english', text)", persisted=True)
-    )
+    tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed("companion_words(text)", persisted=True))
     created_at: Mapped[datetime] = mapped_column(TS)
     event_id: Mapped[int | None] = mapped_column(BigInteger)  # a shared file's event
 

@@ -96,6 +96,9 @@ async def test_locomo_recall_reports_recall_by_category(fake, pg_url, tmp_path):
     assert report["summary"]["recall@25"] == 100.0  # tiny conversations: everything is found
     puppy = [i for i in report["items"] if i["question"] == "What did Ana name her puppy?"]
     assert puppy[0]["gold"] == ["D1:3"] and "D1:3" in puppy[0]["found"][:5]
+    # the results each search reported, and the pages the model would be told of and read
+    assert puppy[0]["pages read"] == 1 and puppy[0]["results"] >= 1
+    assert 1 <= report["summary"]["pages read"] <= report["summary"]["pages told"]
     lines = run.out.splitlines()
     assert lines[0].split() == ["questions", "n", "R@5", "%", "R@10", "%", "R@25", "%"]
     assert any(line.startswith("all but adversarial") for line in lines)

@@ -297,8 +297,8 @@ async def test_memory_and_search_functions_continue_without_the_flag(engine, fak
     assert [o.heartbeat for s in steps for o in s.outcomes] == [False] * 7
     assert all(o.ok for s in steps for o in s.outcomes)
     shown = [shown_results(r)[0] for r in fake.chat_requests[1:]]
-    assert shown[0] == "No messages found."
-    assert shown[1] == "No passages found."
+    assert shown[0] == 'Nothing matched "cat": no messages share its words.'
+    assert shown[1] == 'Nothing matched "cat": no passages share its words.'
     assert shown[3] == "Stored in archival memory."
     assert exchange.replies == ["Got it."]
     assert await stored_block(engine, scope, "human") == f"{DEFAULT_HUMAN}\nHas a tabby cat."
@@ -344,7 +344,8 @@ async def test_heartbeat_beside_send_message_runs_the_model_again(engine, fake):
     exchange = await talk(engine, scope, "did I mention tea?")
 
     assert len(fake.chat_requests) == 2
-    assert shown_results(fake.chat_requests[1]) == ["Sent.", "No messages found."]
+    nothing = 'Nothing matched "tea": no messages share its words.'
+    assert shown_results(fake.chat_requests[1]) == ["Sent.", nothing]
     assert exchange.replies == ["One moment.", "Nothing about tea yet."]
 
 
@@ -556,7 +557,7 @@ async def test_archival_insert_then_keyword_search(engine, fake, clock):
     found, nothing = (shown_results(r)[0] for r in fake.chat_requests[1:3])
     assert found.splitlines()[0] == "Showing passages: page 1 of 1 (1 results)."
     assert "Maya lives in Lisbon and works as a nurse." in found
-    assert nothing == "No passages found."
+    assert nothing == 'Nothing matched "volcano": no passages share its words.'
     assert exchange.replies == ["Maya lives in Lisbon."]
 
 
@@ -582,10 +583,10 @@ async def test_archival_insert_then_vector_search(make_engine_for, fake):
     assert fake.embedding_requests[-1]["input"] == ["maya lisbon"]
     result = shown_results(fake.chat_requests[1])[0]
     lines = result.splitlines()
-    # Nearest first, and every embedded passage ranks (a keyword search would find one).
-    assert lines[0] == "Showing passages: page 1 of 1 (2 results)."
+    # The nearest passage; the other one is far in meaning and shares no word: no result.
+    assert lines[0] == "Showing passages: page 1 of 1 (1 results)."
     assert "maya lives in lisbon" in lines[1]
-    assert "the dog is called rex" in lines[2]
+    assert "the dog is called rex" not in result
     assert exchange.replies == ["Lisbon."]
 
 

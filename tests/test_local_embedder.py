@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 from contextlib import aclosing
 
 import openai
@@ -97,3 +98,61 @@ async def test_a_dog_asked_about_months_later_is_found_by_meaning(local, session
     hits = [line for line in shown.splitlines() if line.startswith("- [")]
     assert "my puppy Rex chewed my slippers again" in hits[0]
     assert shown.startswith("Showing messages: page 1 of ")
+
+
+EVERYDAY = [
+    "made pancakes for breakfast",
+    "the bus was late again",
+    "watched a film about sharks",
+    "my knee hurts after running",
+    "bought new curtains for the kitchen",
+    "rain all afternoon, stayed in",
+    "the neighbours had a loud party",
+    "started a jigsaw with a thousand pieces",
+    "tried a yoga class at lunch",
+    "repainted the garden fence",
+]
+CHIP = "the vet put a microchip in my cat, its id is Biscuit-7731"
+
+
+async def test_only_real_matches_count_and_the_model_is_told_when_nothing_matched(
+    local, sessions_384, fake, clock
+):
+    """The nearest vectors always fill their list, however far they are: only rows close
+    in meaning, rows holding the query's words and the turns around the best of them are
+    results, so an exact id over 41 messages is one page, not sixteen."""
+    async with openai.AsyncOpenAI(base_url=fake.base_url, api_key="k", max_retries=0) as client:
+        mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig(), local)
+        worker = EmbeddingWorker(sessions_384, local)
+        engine = Engine(sessions_384, mind, clock, worker)
+        scope = await engine.agent("t", "ana", "Ana")
+        fake.brain = lambda body: say("Noted.")
+        said = [f"{line} ({n})" for n in range(4) for line in EVERYDAY]
+        said.insert(15, CHIP)
+        async with worker:
+            for words in said:
+                clock.advance(minutes=3)  # as slowly as a member may write
+                await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, words))
+            await asyncio.wait_for(worker.settled(), 60)
+            fake.requests.clear()
+            fake.brain = script(
+                calls(tool_call("conversation_search", query="Biscuit-7731")),
+                calls(tool_call("conversation_search", query="quantum chromodynamics")),
+                calls(tool_call("conversation_search", query="the number of my pet's implant")),
+                say("Biscuit-7731."),
+            )
+            clock.advance(minutes=3)
+            await engine.converse(
+                scope, InboundEvent(EventKind.USER_MESSAGE, "what was my cat's chip id?")
+            )
+    exact, nothing, meaning = (shown_results(r)[0] for r in fake.chat_requests[1:4])
+    # the message and the turns around it (its reply, the turns before and after)
+    assert re.fullmatch(r"Showing messages: page 1 of 1 \([1-5] results\)\.", exact.splitlines()[0])
+    assert CHIP in exact.splitlines()[1]
+    assert nothing == (
+        'Nothing matched "quantum chromodynamics": no messages share its words or come '
+        "close to its meaning."
+    )
+    # no word in common: found by meaning alone, and the far rows are not results
+    assert CHIP in meaning.splitlines()[1]
+    assert re.match(r"Showing messages: page 1 of 1 \(", meaning), meaning

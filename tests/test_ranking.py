@@ -1,7 +1,14 @@
-"""Pure ranking decisions: fusion of ranked lists, names left out of a query, and the
-speaker a query names."""
+"""Pure ranking decisions: fusion of ranked lists, what counts as a result, names left out
+of a query, and the speaker a query names."""
 
-from core.memory.ranking import agent_name, clean_query, fuse, named_speaker
+from core.memory.ranking import (
+    agent_name,
+    clean_query,
+    close_enough,
+    fuse,
+    named_speaker,
+    word_matches,
+)
 
 
 def test_a_row_found_by_both_rankings_rises_above_rows_found_by_one():
@@ -54,3 +61,19 @@ def test_a_query_naming_both_or_neither_prefers_no_side():
     assert named_speaker("Carolines", "Caroline", "Melanie") is None  # another word
     assert named_speaker("Ann", None, None) is None
     assert named_speaker("Sam's plan", "Sam", "Sam") is None  # the same name: no side
+
+
+def test_a_vector_counts_as_a_result_only_near_the_query_and_near_the_best():
+    nearest = [(1, 0.62), (2, 0.50), (3, 0.46), (4, 0.31), (5, 0.12)]
+    assert close_enough(nearest) == {1, 2}  # within 0.15 of the best
+    assert close_enough(nearest, floor=0.3, margin=1.0) == {1, 2, 3, 4}  # the floor alone
+    # when even the best is far, nothing is near: the model is told nothing matched
+    assert close_enough([(7, 0.28), (8, 0.2)]) == set()
+    assert close_enough([]) == set()
+
+
+def test_a_row_holding_only_the_querys_common_words_is_no_result():
+    scored = [(1, 5.2), (2, 3.1), (3, 2.6), (4, 0.4)]
+    assert word_matches(scored) == {1, 2, 3}  # at least half the best score
+    assert word_matches(scored, ratio=0.0) == {1, 2, 3, 4}
+    assert word_matches([]) == set()

@@ -6,10 +6,16 @@ pass the engine runs), and every question with evidence goes through what
 `conversation_search` runs (`find_messages`: names left out, full text and vectors fused).
 
     recall@k = |gold turns among the first k hits| / |gold turns|, averaged over questions
+
+Also how many results each search reported, and the pages the model would be told of and
+would read at the product's page size (`EngineConfig.page_size`, 5): paging on until the page
+holding the first evidence turn, or through every page when none of the first 25 holds one.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -68,7 +74,7 @@ async def locomo_recall(
                 if gold:
                     page, _ = await find_messages(ctx, qa["question"])
                     found = [dia_of[hit.id] for hit in page.hits]
-                    items.append(_item(sample, qa, gold, found))
+                    items.append(_item(sample, qa, gold, found, page.total))
                 else:
                     evidence.no_evidence += 1
                 progress(len(items) + evidence.no_evidence, total)
@@ -76,8 +82,11 @@ async def locomo_recall(
 
 
 def _item(
-    sample: dict[str, Any], qa: dict[str, Any], gold: set[str], found: list[str]
+    sample: dict[str, Any], qa: dict[str, Any], gold: set[str], found: list[str], results: int
 ) -> dict[str, Any]:
+    size = EngineConfig().page_size
+    pages = max(1, math.ceil(results / size))
+    first = next((rank for rank, turn in enumerate(found) if turn in gold), None)
     return {
         "conversation": sample["sample_id"],
         "category": qa.get("category"),
@@ -85,6 +94,9 @@ def _item(
         "gold": sorted(gold),
         "found": found,
         **{f"recall@{k}": len(gold & set(found[:k])) / len(gold) for k in KS},
+        "results": results,
+        "pages": pages,
+        "pages read": pages if first is None else first // size + 1,
     }
 
 
@@ -101,6 +113,17 @@ def _report(items: list[dict[str, Any]], evidence: EvidenceLog) -> Report:
     main = [i for i in items if i["category"] != 5]
     report.summary = {f"recall@{k}": percent([i[f"recall@{k}"] for i in main]) for k in KS}
     report.summary["questions"] = len(main)
+    if main:
+        report.summary["results (median)"] = statistics.median(i["results"] for i in main)
+        report.summary["pages told"] = round(statistics.fmean(i["pages"] for i in main), 2)
+        report.summary["pages read"] = round(statistics.fmean(i["pages read"] for i in main), 2)
+        report.notes.append(
+            f"results per question (all but adversarial): median "
+            f"{report.summary['results (median)']:g}; at {EngineConfig().page_size} a page, "
+            f"pages told {report.summary['pages told']:.2f} and read "
+            f"{report.summary['pages read']:.2f} on average (read: up to the page holding the "
+            "first evidence turn, or every page when none of the first 25 holds one)"
+        )
     report.items = items
     report.notes.append(
         f"evidence ids: {evidence.entries}, repaired {len(evidence.repaired)}, unparseable "

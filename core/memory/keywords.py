@@ -14,9 +14,10 @@ suits short chat turns. A word's weight is ln(1 + (N - df + 0.5) / (df + 0.5)), 
 agent's searchable messages, df those holding the word, both read from `message_terms`
 (for passages, `passage_terms`). The rows holding the words are read from
 `message_words` / `passage_words` by index (an index-only scan of (tenant, agent, word),
-the word count beside each id) and scored in one aggregate. Not from the GIN indexes of
-`tsv`: inside the member's wall Postgres may not use them (migration 0021), and reads every
-message or passage of the agent.
+the word count beside each id) and scored in one aggregate. A text's words, stored or asked,
+are read by one function in the database, `companion_lexemes` (migration 0028: any script,
+folded and stemmed). Not from the GIN indexes of `tsv`: inside the member's wall Postgres
+may not use them (migration 0021), and reads every message or passage of the agent.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ SELECT t.lexeme,
        CAST(ln(1 + (n.{rows} - s.{rows} + 0.5) / (s.{rows} + 0.5)) AS float8) AS idf,
        s.{rows} AS held, n.{rows} AS corpus
 FROM (
-    SELECT DISTINCT lexeme FROM unnest(tsvector_to_array(to_tsvector('english', :query))) lexeme
+    SELECT DISTINCT lexeme FROM unnest(companion_query_words(:query)) lexeme
 ) t
 JOIN {terms} s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
 JOIN {terms} n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
@@ -62,13 +63,17 @@ NOT_OF_EVENT = """{alias}.message_id <> ALL (ARRAY(
 _SKIP_EVENT = "WHERE " + NOT_OF_EVENT.format(alias="w")
 
 _BEST_SQL = """
-SELECT id FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
+SELECT id, score FROM ({scored}) s ORDER BY score DESC, id DESC LIMIT :limit
 """
 
+# The rows scoring at least :ratio of the best one, a page of them, and how many they are.
 _PAGE_SQL = """
 SELECT r.id, {text} AS text, {kind} AS kind, r.created_at, s.total, s.score
 FROM (
-    SELECT id, score, count(*) OVER () AS total FROM ({scored}) s
+    SELECT id, score, count(*) OVER () AS total FROM (
+        SELECT id, score, max(score) OVER () AS top FROM ({scored}) a
+    ) s
+    WHERE score >= :ratio * top
     ORDER BY score DESC, id DESC LIMIT :limit OFFSET :offset
 ) s
 JOIN {rows} r ON r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = s.id
@@ -111,7 +116,7 @@ PASSAGES = Index(
 
 @dataclass(frozen=True)
 class Weight:
-    lexeme: str  # the word as Postgres' `english` configuration stems it
+    lexeme: str  # the word as `companion_lexemes` (migration 0028) stores it
     idf: float
     held: int  # the agent's messages holding it
     corpus: int  # the agent's searchable messages
@@ -120,7 +125,8 @@ class Weight:
 async def weights(
     session: AsyncSession, scope: Scope, query: str, index: Index = MESSAGES
 ) -> list[Weight]:
-    """The query's words (its `english` lexemes) that the agent's rows hold, weighed."""
+    """The query's words (every lexeme they may be stored as, `companion_query_words`)
+    that the agent's rows hold, weighed."""
     rows = await session.execute(
         text(index.weights_sql),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},
@@ -152,14 +158,21 @@ async def ranked(
     offset: int = 0,
     skip_event: int | None = None,
     index: Index = MESSAGES,
+    ratio: float = 0.0,
 ) -> list[Any]:
     """Rows (id, text, kind, created_at, total matches, score) of the rows holding any of
-    `words`, best first, from `offset`; the messages of `skip_event` left out."""
+    `words` and scoring at least `ratio` of the best, best first, from `offset`; the
+    messages of `skip_event` left out."""
     if not words:
         return []
     scored = _scored(index, skip_event)
     sql = _PAGE_SQL.format(scored=scored, text=index.text, kind=index.kind, rows=index.rows)
-    params = {**_params(scope, words, skip_event), "limit": limit, "offset": offset}
+    params = {
+        **_params(scope, words, skip_event),
+        "limit": limit,
+        "offset": offset,
+        "ratio": ratio,
+    }
     return list(await session.execute(text(sql), params))
 
 
@@ -172,8 +185,22 @@ async def best(
     index: Index = MESSAGES,
 ) -> list[int]:
     """The ids of the `limit` best rows holding any of `words` (`ranked`'s order)."""
+    return [
+        row_id for row_id, _ in await best_scored(session, scope, words, limit, skip_event, index)
+    ]
+
+
+async def best_scored(
+    session: AsyncSession,
+    scope: Scope,
+    words: list[Weight],
+    limit: int,
+    skip_event: int | None = None,
+    index: Index = MESSAGES,
+) -> list[tuple[int, float]]:
+    """(id, score) of the `limit` best rows holding any of `words`, best first."""
     if not words:
         return []
     sql = _BEST_SQL.format(scored=_scored(index, skip_event))
     params = {**_params(scope, words, skip_event), "limit": limit}
-    return [row.id for row in await session.execute(text(sql), params)]
+    return [(row.id, row.score) for row in await session.execute(text(sql), params)]

@@ -23,6 +23,15 @@ ANCHORS = 20  # the best fused hits whose neighbouring messages are ranked as we
 # full text, nearest vectors, messages next to an anchor, messages two away
 NEIGHBOUR_WEIGHTS = (1.0, 1.0, 0.7, 0.35)
 SPEAKER_WEIGHT = 2.0  # the fused list again, only the named speaker's messages
+# What counts as a result (ranking still uses every row of both lists): a row found by its
+# vector alone when its cosine similarity to the query is at least SIMILARITY_FLOOR and within
+# SIMILARITY_MARGIN of the best row's; a row found by its key words when its score is at least
+# WORD_RATIO of the best one's; and the turns next to the best CONTEXT_ANCHORS of those.
+# Chosen on LoCoMo conversations 0-4, checked on 5-9 (bench/README.md).
+SIMILARITY_FLOOR = 0.3
+SIMILARITY_MARGIN = 0.15
+WORD_RATIO = 0.5
+CONTEXT_ANCHORS = 5
 
 
 def fuse(
@@ -35,6 +44,33 @@ def fuse(
         for rank, row_id in enumerate(ranking, start=1):
             scores[row_id] = scores.get(row_id, 0.0) + weight / (k + rank)
     return sorted(scores, key=lambda row_id: (-scores[row_id], -row_id))
+
+
+def close_enough(
+    similarities: Sequence[tuple[int, float]],
+    floor: float | None = None,
+    margin: float | None = None,
+) -> set[int]:
+    """The ids near enough in meaning to count as results: (id, cosine similarity) pairs at
+    least `floor` and within `margin` of the best of them.
+
+    The nearest vectors always fill their list, however far they are; ranking uses all of
+    them, but only these count, so that "page 1 of n" tells how much really matched.
+    """
+    floor = SIMILARITY_FLOOR if floor is None else floor
+    margin = SIMILARITY_MARGIN if margin is None else margin
+    best = max((similarity for _, similarity in similarities), default=0.0)
+    least = max(floor, best - margin)
+    return {row_id for row_id, similarity in similarities if similarity >= least}
+
+
+def word_matches(scored: Sequence[tuple[int, float]], ratio: float | None = None) -> set[int]:
+    """The ids whose key-word score is at least `ratio` of the best one's: a row holding
+    only the query's commonest word ("go", "day") is not a result beside rows holding its
+    rare ones."""
+    ratio = WORD_RATIO if ratio is None else ratio
+    best = max((score for _, score in scored), default=0.0)
+    return {row_id for row_id, score in scored if score >= ratio * best}
 
 
 def clean_query(query: str, names: Iterable[str]) -> str:

@@ -7,8 +7,10 @@
 
 Text search ranks by the sum of inverse document frequencies of the question's key words
 that a row contains (BM25 without term-frequency saturation, which suits short chat turns):
-a row need not contain every word, rare words count for more, and stemming comes from
-Postgres' `english` configuration; the rows holding the words are found in the agent's
+a row need not contain every word, rare words count for more, and a text's words are read
+the same way in every language when it is stored and when it is asked (migration 0028:
+character pairs for Chinese, Japanese and Korean, case, accents and width folded, each
+language's stemmer); the rows holding the words are found in the agent's
 word index (core.memory.keywords), which Postgres may use inside the member's wall. With a
 query embedding, the nearest rows by cosine
 distance (pgvector HNSW, iterative scans so that filtering to one agent still fills the
@@ -31,7 +33,17 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.memory import keywords
-from core.memory.ranking import ANCHORS, DEPTH, NEIGHBOUR_WEIGHTS, SPEAKER_WEIGHT, fuse
+from core.memory.ranking import (
+    ANCHORS,
+    CONTEXT_ANCHORS,
+    DEPTH,
+    NEIGHBOUR_WEIGHTS,
+    SPEAKER_WEIGHT,
+    WORD_RATIO,
+    close_enough,
+    fuse,
+    word_matches,
+)
 from core.scope import Scope
 
 
@@ -93,9 +105,11 @@ async def _by_words(
 ) -> Page:
     words = await keywords.weights(session, scope, query, index)
     offset = (page - 1) * page_size
-    rows = await keywords.ranked(session, scope, words, page_size, offset, skip_event, index)
+    rows = await keywords.ranked(
+        session, scope, words, page_size, offset, skip_event, index, WORD_RATIO
+    )
     if not rows and page > 1:  # past the end: report the real number of pages
-        first = await keywords.ranked(session, scope, words, 1, 0, skip_event, index)
+        first = await keywords.ranked(session, scope, words, 1, 0, skip_event, index, WORD_RATIO)
         return _page_of([], page, page_size, int(first[0].total) if first else 0)
     return _page_of(rows, page, page_size)
 
@@ -161,7 +175,7 @@ async def archival_search(
 # `message_vectors` (migration 0018), which only searchable messages have (0025), a
 # passage's in `passage_vectors` (0026).
 _NEAREST_SQL = """
-SELECT {vector_id} AS id FROM {vectors}
+SELECT {vector_id} AS id, v.embedding <=> CAST(:q AS halfvec({dim})) AS distance FROM {vectors}
 WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.embedding IS NOT NULL {vector_filter}
 ORDER BY v.embedding <=> CAST(:q AS halfvec({dim}))
 LIMIT :limit
@@ -243,17 +257,21 @@ async def _hybrid_search(
     }
     index = keywords.MESSAGES if table == "messages" else keywords.PASSAGES
     words = await keywords.weights(session, scope, query, index)
-    by_words = await keywords.best(session, scope, words, DEPTH, skip_event, index)
+    scored = await keywords.best_scored(session, scope, words, DEPTH, skip_event, index)
+    by_words = [row_id for row_id, _ in scored]
     await session.execute(text(_NEAREST_SETTINGS))
     vector = str([float(x) for x in embedding])
     nearest_sql = _NEAREST_SQL.format(**columns, dim=len(embedding))  # as the index is made
-    nearest = await session.execute(text(nearest_sql), {**params, "q": vector})
+    nearest = (await session.execute(text(nearest_sql), {**params, "q": vector})).all()
     by_meaning = [r.id for r in nearest]
+    matched = word_matches(scored) | close_enough([(r.id, 1 - r.distance) for r in nearest])
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:
-        near, further = await _neighbours(session, columns, params, fused[:ANCHORS])
+        anchors = fused[:ANCHORS]
+        near, further, around = await _neighbours(session, columns, params, anchors, matched)
         rankings, weights = [by_words, by_meaning, near, further], list(NEIGHBOUR_WEIGHTS)
         fused = fuse(rankings, weights)
+        matched |= around
         if speaker is not None:
             said = {
                 r.id
@@ -263,6 +281,7 @@ async def _hybrid_search(
             }
             rankings.append([row_id for row_id in fused if row_id in said])
             fused = fuse(rankings, [*weights, SPEAKER_WEIGHT])
+    fused = [row_id for row_id in fused if row_id in matched]  # the order of all, kept
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
@@ -274,9 +293,14 @@ async def _hybrid_search(
 
 
 async def _neighbours(
-    session: AsyncSession, columns: dict[str, str], params: dict[str, Any], anchors: list[int]
-) -> tuple[list[int], list[int]]:
-    """The messages right next to the anchors, and those one further, in the anchors' order.
+    session: AsyncSession,
+    columns: dict[str, str],
+    params: dict[str, Any],
+    anchors: list[int],
+    matched: set[int],
+) -> tuple[list[int], list[int], set[int]]:
+    """The messages right next to the anchors, and those one further, in the anchors' order;
+    and those of the best `CONTEXT_ANCHORS` anchors in `matched` (results beside matches).
 
     An answer is often the turn after the one that shares the question's words ("what did
     you name him?" / "Rex!"), so the turns around the best hits are ranked too.
@@ -284,8 +308,12 @@ async def _neighbours(
     rows = await session.execute(
         text(_NEIGHBOURS_SQL.format(**columns)), {**params, "ids": anchors}
     )
+    context = [anchor for anchor in anchors if anchor in matched][:CONTEXT_ANCHORS]
     near: list[int] = []
     further: list[int] = []
+    around: set[int] = set()
     for row in rows:
         (near if abs(row.step) == 1 else further).append(row.id)
-    return list(dict.fromkeys(near)), list(dict.fromkeys(further))
+        if anchors[row.pos - 1] in context:
+            around.add(row.id)
+    return list(dict.fromkeys(near)), list(dict.fromkeys(further)), around

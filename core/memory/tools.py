@@ -82,13 +82,31 @@ def _set_block(ctx: ToolContext, block: Block, value: str) -> str:
     return f"Block {block.label!r} now has {len(value)} of {block.char_limit} characters."
 
 
+# Chinese, Japanese and Korean, written without spaces (as migration 0028 reads them).
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]{2,}")
+
+
+_KANA = re.compile(r"[\u3040-\u309f]+")  # hiragana: particles and endings in Japanese
+
+
+def _query_parts(query: str) -> list[str]:
+    """What to look for in a hit's text: the start of each word of three letters or more,
+    and each pair of neighbouring characters of a run without spaces (a name inside it)
+    but for pairs of hiragana alone."""
+    lowered = query.lower()
+    parts = [w[:5] for w in re.findall(r"\w{3,}", _UNSPACED.sub(" ", lowered))]
+    for run in _UNSPACED.findall(lowered):
+        pairs = (run[i : i + 2] for i in range(len(run) - 1))
+        parts += [pair for pair in pairs if not _KANA.fullmatch(pair)]  # not "につ", "いて"
+    return parts
+
+
 def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
     """At most `limit` characters of `text`, around the first place a query word appears."""
     if len(text) <= limit:
         return text
     lowered = text.lower()
-    stems = [w[:5] for w in re.findall(r"\w{3,}", query.lower())]
-    hits = [at for at in (lowered.find(stem) for stem in stems) if at >= 0]
+    hits = [at for at in (lowered.find(part) for part in _query_parts(query)) if at >= 0]
     start = max(0, min(min(hits, default=0) - limit // 3, len(text) - limit))
     return (
         ("…" if start else "")
@@ -97,9 +115,9 @@ def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
     )
 
 
-def _format_page(page: Page, what: str, query: str = "") -> str:
+def _format_page(page: Page, what: str, query: str = "", nothing: str = "") -> str:
     if page.total == 0:
-        return f"No {what} found."
+        return nothing or f"No {what}."
     if page.page > page.pages:
         raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
     lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
@@ -110,6 +128,21 @@ def _format_page(page: Page, what: str, query: str = "") -> str:
     if page.page < page.pages:
         lines.append(f"More: call again with page={page.page + 1}.")
     return "\n".join(lines)
+
+
+def _nothing(query: str, what: str, note: str, ctx: ToolContext) -> str:
+    """What the model is told when a search matched nothing: plainly, and why."""
+    how = (
+        "share its words"
+        if note or ctx.embedder is None
+        else ("share its words or come close to its meaning")
+    )
+    return f"Nothing matched {_quoted(query)}: no {what} {how}."
+
+
+def _quoted(query: str) -> str:
+    query = " ".join(query.split())
+    return f'"{query[:80]}…"' if len(query) > 80 else f'"{query}"'
 
 
 def _page_number(page: int) -> int:
@@ -215,7 +248,7 @@ async def conversation_search(
     if not query.strip():
         raise ToolError("query is empty")
     found, note = await find_messages(ctx, query, _page_number(page))
-    return note + _format_page(found, "messages", query)
+    return note + _format_page(found, "messages", query, _nothing(query, "messages", note, ctx))
 
 
 async def conversation_search_date(
@@ -286,7 +319,7 @@ async def archival_memory_search(
     found = await archival_search(
         store.session, store.scope, cleaned, embedding, _page_number(page), ctx.config.page_size
     )
-    return note + _format_page(found, "passages", query)
+    return note + _format_page(found, "passages", query, _nothing(query, "passages", note, ctx))
 
 
 TOOLS = (
