@@ -29,6 +29,7 @@ from core.members import browse
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
+from core.members.profiles import Profiles
 from core.members.spending import MemberDay, member_days
 from core.members.zones import ProfileZones, parse_timezone
 from core.memory.search import Page, recall_search
@@ -90,6 +91,7 @@ class Members:
         self.embedder = embedder  # imported passages are embedded with it
         self.dm_homes = DmHomes(sessions, config, clock)  # whose memory DMs use
         self.zones = ProfileZones(sessions, config, clock)  # time zones from profiles
+        self.profiles = Profiles(sessions, config, clock)  # the community's companion
 
     @asynccontextmanager
     async def _reading(
