@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from core.events import EventKind, InboundEvent
 from tests.conftest import ROOT
 from tests.inspector_site import TENANT, seed, serve_inspector
 
@@ -425,3 +426,34 @@ async def test_pages_read_well_on_a_phone_and_by_keyboard(site, browser):
     focused = await page.evaluate("document.activeElement.id")
     assert focused == "value-1"  # past the header, straight to the first block's text
     await phone.close()
+
+
+@within_stall
+async def test_an_admin_gives_the_companion_a_name_instructions_and_persona(
+    site, context, engine, fake
+):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Your companion").click()
+    assert "2 members who already have a companion" in await page.inner_text("legend")
+    await page.get_by_label("Community instructions").fill("x" * 4001)
+    await page.get_by_role("button", name="Save the companion").click()
+    assert "4001 characters, over its limit of 4000" in await page.get_by_role("alert").inner_text()
+    assert await page.get_by_label("Community instructions").input_value() == "x" * 4001
+
+    await page.get_by_label("Name").fill("Skipper")
+    await page.get_by_label("Community instructions").fill("We are a sailing club. Be brief.")
+    await page.get_by_label("Persona of new members' companions").fill("I am Skipper, at sea.")
+    await page.get_by_label("Replace their persona with this one").check()
+    await page.get_by_role("button", name="Save the companion").click()
+    notice = await page.get_by_role("status").inner_text()
+    assert "Saved" in notice and "The persona of 2 members was replaced" in notice
+    await shoot(page, "admin-companion")
+
+    ann = await engine.agent(TENANT, "ann")
+    await engine.converse(ann, InboundEvent(EventKind.USER_MESSAGE, "ahoy"))
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Skipper." in system
+    assert "We are a sailing club. Be brief." in system
+    assert "I am Skipper, at sea." in system
+    await page.get_by_role("link", name="Audit log").click()
+    assert "\tcompanion\t" in (await page.locator("tbody tr").all_inner_texts())[0]

@@ -2,6 +2,8 @@
 
     GET  /admin            every member with messages, passages, last active, tokens
     GET  /admin/usage      tokens per day, as a chart and a table
+    GET  /admin/companion  the community's companion: name, instructions, new members'
+                           persona (POST: save, audited; existing personas kept or replaced)
     GET  /admin/settings   welcome and opener settings (POST: save, audited)
     GET  /admin/audit      the audit log
 
@@ -17,6 +19,7 @@ from aiohttp import web
 
 from bot.web.auth import see_other
 from bot.web.render import Templates, admin_tabs, usage_chart
+from core.companion import INSTRUCTIONS_LIMIT, NAME_LIMIT, CompanionProfile
 from core.errors import BadSetting
 from core.members.access import Viewer
 from core.members.community import Community
@@ -24,6 +27,12 @@ from core.members.service import Members
 
 AUDIT_ROWS = 200
 USAGE_DAYS = 30
+
+
+def _unless_default(persona: str, default: str) -> str:
+    """The form shows the built-in persona when none is set: sent back as is, it is none."""
+    tidy = persona.replace("\r\n", "\n").strip()
+    return "" if tidy == default else tidy
 
 
 class AdminPages:
@@ -76,6 +85,55 @@ class AdminPages:
             else None,
         )
 
+    async def companion(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        profiles, error = self.members.profiles, None
+        if request.method == "POST":
+            try:
+                _, replaced = await profiles.change(
+                    viewer.tenant,
+                    viewer.actor,
+                    name=form.get("name", ""),
+                    persona=_unless_default(
+                        form.get("persona", ""), self.members.config.default_persona
+                    ),
+                    instructions=form.get("instructions", ""),
+                    replace_personas=form.get("existing") == "replace",
+                )
+                return see_other(f"/admin/companion?saved={replaced}")
+            except BadSetting as refused:
+                error = f"Not saved: {refused}. Nothing was changed."
+        profile, agents = await profiles.get(viewer.tenant)
+        if error:  # what the admin typed stays in the boxes
+            profile = CompanionProfile(
+                form.get("name", ""), form.get("persona", ""), form.get("instructions", "")
+            )
+        saved = request.query.get("saved")
+        notice = None
+        if saved is not None and not error:
+            notice = "Saved; every member's next answer uses it."
+            if saved.isdigit() and int(saved):
+                notice += f" The persona of {saved} members was replaced."
+        config = self.members.config
+        return self._page(
+            viewer,
+            "companion",
+            "Your companion",
+            "admin_companion.html",
+            400 if error else 200,
+            p=profile,
+            agents=agents,
+            default_persona=config.default_persona,
+            limits={
+                "name": NAME_LIMIT,
+                "persona": config.persona_limit,
+                "instructions": INSTRUCTIONS_LIMIT,
+            },
+            error=error,
+            notice=notice,
+        )
+
     async def audit(
         self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
     ) -> web.Response:
@@ -85,6 +143,8 @@ class AdminPages:
     def routes(self, admin_page: Any) -> list[web.RouteDef]:
         return [
             web.get("/admin", admin_page(self.roster)),
+            web.get("/admin/companion", admin_page(self.companion)),
+            web.post("/admin/companion", admin_page(self.companion)),
             web.get("/admin/usage", admin_page(self.usage)),
             web.get("/admin/settings", admin_page(self.settings)),
             web.post("/admin/settings", admin_page(self.settings)),

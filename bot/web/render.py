@@ -27,6 +27,7 @@ MEMBER_TABS = (
 )
 ADMIN_TABS = (
     ("members", "Members", "/admin"),
+    ("companion", "Your companion", "/admin/companion"),
     ("usage", "Usage", "/admin/usage"),
     ("settings", "Settings", "/admin/settings"),
     ("audit", "Audit log", "/admin/audit"),
