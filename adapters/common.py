@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.companion import INSTRUCTIONS_LIMIT
+from core.errors import BadSetting
 from core.members.access import Access
 from core.members.service import Members, MemoryView
 from core.runtime.engine import Engine
@@ -59,6 +61,50 @@ HELP = (
     "quiet 22:00-09:00: hours I stay silent | timezone Europe/Berlin: your time zone | "
     "web: a private link to see and correct your memory in a browser"
 )
+
+
+COMPANION_SAVED = {
+    "name": "Saved: your community's companion is now called {value}.",
+    "instructions": "Saved: every member's companion follows these instructions from its "
+    "next answer ({length} of {limit} characters).",
+    "persona": "Saved: new members' companions start from this persona. Existing members "
+    "keep theirs; to replace them too, use the admin pages (admin web).",
+}
+CLEAR = "-"  # as the whole text of a setting: back to the default
+
+
+async def change_companion(
+    members: Members, tenant: str, actor: str, changes: dict[str, str]
+) -> str:
+    """An admin's change to the community's companion, from a slash command: one line."""
+    wanted = {k: "" if v.strip() == CLEAR else v for k, v in changes.items()}
+    try:
+        profile, _ = await members.profiles.change(tenant, actor, **wanted)
+    except BadSetting as refused:
+        return f"Not saved: {refused}. Nothing was changed."
+    said = []
+    for part, value in profile.stored.items():
+        if part not in wanted:
+            continue
+        if not value:
+            said.append(f"Saved: the {part} is back to the default.")
+            continue
+        limit = INSTRUCTIONS_LIMIT
+        said.append(COMPANION_SAVED[part].format(value=value, length=len(value), limit=limit))
+    return "\n".join(said)
+
+
+async def companion_text(members: Members, tenant: str) -> str:
+    """The community's companion as its admins see it in a slash command's answer."""
+    profile, agents = await members.profiles.get(tenant)
+    instructions = profile.instructions or "(none)"
+    return (
+        f"**Name:** {profile.name or '(from the persona)'}\n"
+        f"**Community instructions** ({len(profile.instructions)}/{INSTRUCTIONS_LIMIT}):\n"
+        f"{instructions}\n"
+        f"**Persona of new members' companions:** {profile.persona or '(the built-in one)'}\n"
+        f"_{agents} members already have a companion; their personas are their own._"
+    )
 
 
 def memory_text(view: MemoryView | None) -> str:

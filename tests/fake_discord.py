@@ -637,7 +637,7 @@ def command(
     return _interaction(application_id, 2, data, who, guild_id, channel_id)
 
 
-def subcommand(name: str, **values: tuple[int, Any]) -> dict[str, Any]:
+def subcommand(name: str, /, **values: tuple[int, Any]) -> dict[str, Any]:
     """A subcommand option; `values` maps option name -> (option type, value)."""
     options = [{"name": k, "type": t, "value": v} for k, (t, v) in values.items()]
     return {"name": name, "type": 1, "options": options}

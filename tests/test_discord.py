@@ -520,3 +520,36 @@ async def test_admin_reset_asks_first_and_is_audited(bot):
     assert bob.messages > 0 and "coffee" in json.dumps(bob.blocks)
     (entry,) = await bot.members.audit_log(TENANT)
     assert (entry.actor, entry.action, entry.target) == (str(MOD), "reset", str(ANN))
+
+
+async def test_admins_name_their_companion_and_give_it_instructions(bot, fake):
+    refused = await bot.slash(BOB, "admin", subcommand("companion", name=(STRING, "Evil")))
+    assert bot.answers(refused) == [NOT_ADMIN]
+    said = await bot.slash(
+        MOD,
+        "admin",
+        subcommand(
+            "companion",
+            name=(STRING, "Captain"),
+            instructions=(STRING, "This server is about sailing. Never discuss politics."),
+        ),
+        permissions=MANAGE_GUILD,
+    )
+    assert bot.answers(said) == [
+        "Saved: your community's companion is now called Captain.\n"
+        "Saved: every member's companion follows these instructions from its next answer "
+        "(53 of 4000 characters)."
+    ]
+    await bot.say(ANN, "hello", DM, dm=True)
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Captain." in system
+    assert "Never discuss politics." in system
+
+    too_long = await bot.slash(
+        MOD, "admin", subcommand("companion", name=(STRING, "x" * 41)), permissions=MANAGE_GUILD
+    )
+    assert "over its limit of 40" in bot.answers(too_long)[0]
+    shown = await bot.slash(MOD, "admin", subcommand("companion"), permissions=MANAGE_GUILD)
+    assert "**Name:** Captain" in bot.answers(shown)[0]
+    log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
+    assert log == [(str(MOD), "companion")]

@@ -272,3 +272,27 @@ async def test_web_links_are_private_and_the_admin_one_needs_the_role(slack, fak
     grant = await access.check(link.split("token=")[1])
     assert (grant.tenant, grant.member, grant.actor) == (f"slack:{TEAM}", None, "UADMIN")
     assert "web:" in (await slack.command("help"))[-1]["text"]
+
+
+async def test_admins_name_their_companion_and_give_it_instructions(slack, fake):
+    tenant = f"slack:{TEAM}"
+    assert (await slack.command("admin name Evil", user="U1"))[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin name Captain", user="UADMIN")
+    assert said[-1]["text"] == "Saved: your community's companion is now called Captain."
+    rules = "This workspace is about sailing.\nNever discuss politics."
+    said = await slack.command(f"admin instructions {rules}", user="UADMIN")
+    assert "follows these instructions" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="hello"))
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Captain." in system
+    assert rules in system  # its lines kept
+    persona = await slack.command("admin persona I am Captain, at sea.", user="UADMIN")
+    assert "Existing members keep theirs" in persona[-1]["text"]
+    view = await slack.members.view(tenant, "U1")
+    assert "I am Captain" not in str(view.blocks)
+    shown = await slack.command("admin companion", user="UADMIN")
+    assert "Captain" in shown[-1]["text"] and "sailing" in shown[-1]["text"]
+    cleared = await slack.command("admin name -", user="UADMIN")
+    assert cleared[-1]["text"] == "Saved: the name is back to the default."
+    log = [(e.actor, e.action) for e in await slack.members.audit_log(tenant)]
+    assert log == [("UADMIN", "companion")] * 4

@@ -4,6 +4,7 @@
                                             a private sign-in link to the memory inspector
     /openers on|off, /quiet-hours, /timezone      the member's opener settings
     /admin export | reset <member>, /admin welcome <enabled>, /admin web      admins only
+    /admin companion [name] [instructions] [persona]                         admins only
 
 Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
 Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
@@ -37,6 +38,8 @@ from adapters.common import (
     NOTHING_YET,
     SORRY,
     Services,
+    change_companion,
+    companion_text,
     export_bytes,
     memory_text,
 )
@@ -250,6 +253,28 @@ class AdminCommands(
         )
         state = "now get a welcome by DM" if enabled else "no longer get a welcome"
         await _say(interaction, f"New members {state}.")
+
+    @app_commands.command(description="Your companion's name, instructions and persona")
+    @app_commands.describe(
+        name="What members call it (- for none)",
+        instructions="Tone, rules, topics to avoid, what this server is about (- for none)",
+        persona="Who new members' companions start as (- for the built-in one)",
+    )
+    async def companion(
+        self,
+        interaction: discord.Interaction,
+        name: app_commands.Range[str, 1, 100] | None = None,
+        instructions: app_commands.Range[str, 1, 6000] | None = None,
+        persona: app_commands.Range[str, 1, 6000] | None = None,
+    ) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        given = {"name": name, "instructions": instructions, "persona": persona}
+        changes = {field: value for field, value in given.items() if value is not None}
+        if not changes:
+            await _say(interaction, await companion_text(services.members, tenant))
+            return
+        actor = str(interaction.user.id)
+        await _say(interaction, await change_companion(services.members, tenant, actor, changes))
 
     @app_commands.command(description="A private link to members, memory, usage and settings")
     async def web(self, interaction: discord.Interaction) -> None:

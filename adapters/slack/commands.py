@@ -3,6 +3,7 @@
     /companion memory | export | forget | openers on|off | quiet 22:00-09:00
                | timezone Europe/Berlin | web | help
     /companion admin export @member | admin reset @member | admin welcome on|off | admin web
+    /companion admin companion | admin name|instructions|persona <text> (- for the default)
 
 Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
 button only the person who asked can press. Admin means workspace admin or owner (asked
@@ -24,6 +25,8 @@ from adapters.common import (
     HELP,
     NOT_ADMIN,
     Services,
+    change_companion,
+    companion_text,
     export_bytes,
     memory_text,
 )
@@ -73,18 +76,33 @@ async def send_file(client: AsyncWebClient, user: str, name: str, data: bytes, n
     )
 
 
+ADMIN_USAGE = (
+    "Usage: /companion admin export @member | reset @member | welcome on|off | web | "
+    "companion | name <name> | instructions <text> | persona <text> (- for the default)"
+)
+
+
 async def _admin(
     services: Services,
     client: AsyncWebClient,
     tenant: str,
     actor: str,
-    words: list[str],
+    text: str,
     respond: Any,
 ) -> None:
+    """`text`: what follows `admin`, as typed (instructions keep their lines)."""
     if not await is_admin(services, client, actor):
         await respond(NOT_ADMIN)
         return
-    action = words[0] if words else ""
+    words = text.split()
+    action = words[0].lower() if words else ""
+    if action == "companion":
+        await respond(to_slack_mrkdwn(await companion_text(services.members, tenant)))
+        return
+    if action in ("name", "instructions", "persona") and len(words) > 1:
+        value = text.split(None, 1)[1]
+        await respond(await change_companion(services.members, tenant, actor, {action: value}))
+        return
     if action == "web":
         await respond(await services.web_link(tenant, actor, admin=True), unfurl_links=False)
         return
@@ -94,9 +112,7 @@ async def _admin(
         return
     target = MENTION.search(" ".join(words[1:]))
     if action not in ("export", "reset") or target is None:
-        await respond(
-            "Usage: /companion admin export @member | reset @member | welcome on|off | web"
-        )
+        await respond(ADMIN_USAGE)
         return
     member = target.group(1)
     if action == "export":
@@ -163,7 +179,8 @@ async def run_command(
         elif sub == "web":
             await respond(await services.web_link(tenant, user), unfurl_links=False)
         elif sub == "admin":
-            await _admin(services, client, tenant, user, words[1:], respond)
+            rest = (command.get("text") or "").strip()[len(words[0]) :]
+            await _admin(services, client, tenant, user, rest, respond)
         else:
             await respond(HELP.replace(" | ", "\n"))
     except BadSetting as error:
