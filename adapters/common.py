@@ -79,7 +79,13 @@ async def change_companion(
     """An admin's change to the community's companion, from a slash command: one line."""
     wanted = {k: "" if v.strip() == CLEAR else v for k, v in changes.items()}
     try:
-        profile, _ = await members.profiles.change(tenant, actor, **wanted)
+        profile, _ = await members.profiles.change(
+            tenant,
+            actor,
+            name=wanted.get("name"),
+            persona=wanted.get("persona"),
+            instructions=wanted.get("instructions"),
+        )
     except BadSetting as refused:
         return f"Not saved: {refused}. Nothing was changed."
     said = []
