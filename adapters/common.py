@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.companion import INSTRUCTIONS_LIMIT
+from core.companion import INSTRUCTIONS_LIMIT, Reach
 from core.errors import BadSetting
 from core.members.access import Access
 from core.members.service import Members, MemoryView
@@ -111,6 +111,54 @@ async def companion_text(members: Members, tenant: str) -> str:
         f"**Persona of new members' companions:** {profile.persona or '(the built-in one)'}\n"
         f"_{agents} members already have a companion; their personas are their own._"
     )
+
+
+CHANNEL_SAID = {
+    "answer": "I now answer in {name} (when addressed there).",
+    "never": "I will never answer in {name}.",
+    "open": "Every message in {name} is now for me: no mention needed.",
+    "default": "{name} is back to the default.",
+}
+
+
+def reach_text(reach: Reach) -> str:
+    """Where the companion answers, in one paragraph an admin reads in a slash command."""
+
+    def named(ids: tuple[str, ...]) -> str:
+        return ", ".join(reach.name_of(c) for c in ids)
+
+    parts = [
+        f"Answers in: {named(reach.channels)}." if reach.channels else "Answers wherever addressed."
+    ]
+    if reach.never:
+        parts.append(f"Never in: {named(reach.never)}.")
+    if reach.open_channel:
+        parts.append(f"Every message is for it in: {reach.name_of(reach.open_channel)}.")
+    parts.append("Direct messages: " + ("on." if reach.dms else "off."))
+    return " ".join(parts)
+
+
+async def place_channel(
+    members: Members, tenant: str, actor: str, channel: str, name: str, mode: str
+) -> str:
+    try:
+        reach = await members.admission.place(tenant, actor, channel, mode, name)
+    except BadSetting as refused:
+        return f"Not saved: {refused}."
+    return CHANNEL_SAID[mode].format(name=name) + " " + reach_text(reach)
+
+
+async def block_member(
+    members: Members, tenant: str, actor: str, user: str, name: str, blocked: bool
+) -> str:
+    changed = await members.admission.block(tenant, actor, user, blocked)
+    if blocked:
+        state = "is now blocked" if changed else "was already blocked"
+        return (
+            f"{name} {state}: I won't answer them or start conversations with them (they are "
+            "told once). Their memory is kept."
+        )
+    return f"{name} {'is unblocked' if changed else 'was not blocked'}: I answer them again."
 
 
 def memory_text(view: MemoryView | None) -> str:

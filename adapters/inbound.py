@@ -1,5 +1,7 @@
 """One member's message, from any platform into the engine: stored first, the rest after.
 
+    admitted(...)       whether the companion answers it at all (where it was written,
+                        who wrote it): the admins' rules, before anything is stored
     message_event(...)  the member's words as an engine event; with files, it names them
     take(...)           store it (held while files come) before the platform hears
                         "received" and before any lookup, reaction or model call
@@ -18,6 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.common import Services
+from core.companion import Where
 from core.errors import Refused
 from core.events import EventKind, InboundEvent
 from core.members.documents import check_upload
@@ -46,6 +50,15 @@ def message_event(
     if files:
         meta = {**meta, "files": [f.name for f in files]}
     return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key, meta)
+
+
+async def admitted(services: Services, tenant: str, user: str, where: Where, tell: Send) -> bool:
+    """Whether the companion answers this message (its admins' rules: where it speaks, who
+    is blocked); when not, the member is told what they need to know, if anything."""
+    verdict = await services.members.admission.admit(tenant, user, where)
+    if verdict.notice:
+        await never_failing(tell)(verdict.notice)
+    return verdict.answer
 
 
 async def take(engine: Engine, scope: Scope, event: InboundEvent, has_files: bool) -> int:

@@ -63,3 +63,85 @@ def checked(name: str, persona: str, instructions: str, persona_limit: int) -> C
         _within("persona", _tidy(persona), persona_limit),
         _within("community instructions", _tidy(instructions), INSTRUCTIONS_LIMIT),
     )
+
+
+# --- where it speaks ---------------------------------------------------------------------
+
+REACH_KEY = "reach"
+MAX_CHANNELS = 50
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a member wrote: a channel (None for a direct message), the channels it is
+    inside (a thread's parent), and whether they addressed the companion (a mention, a
+    reply to it, a thread it answers in)."""
+
+    channel: str | None
+    parents: tuple[str, ...] = ()
+    addressed: bool = True
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Where a community's companion answers, as its admins set it."""
+
+    channels: tuple[str, ...] = ()  # empty: wherever it is addressed
+    never: tuple[str, ...] = ()
+    open_channel: str = ""  # every message there is for it, no mention needed
+    dms: bool = True
+    names: tuple[tuple[str, str], ...] = ()  # (channel id, name) as the platform named them
+
+    def answers(self, where: Where) -> bool:
+        if where.channel is None:
+            return self.dms
+        places = (where.channel, *where.parents)
+        if any(place in self.never for place in places):
+            return False
+        if self.open_channel and self.open_channel in places:
+            return True
+        return where.addressed and (
+            not self.channels or any(place in self.channels for place in places)
+        )
+
+    def name_of(self, channel: str) -> str:
+        return dict(self.names).get(channel, channel)
+
+    @property
+    def stored(self) -> dict[str, Any]:
+        return {
+            "channels": list(self.channels),
+            "never": list(self.never),
+            "open": self.open_channel,
+            "dms": self.dms,
+            "names": dict(self.names),
+        }
+
+
+def reach_of(settings: dict[str, Any] | None) -> Reach:
+    stored = (settings or {}).get(REACH_KEY) or {}
+    names = stored.get("names") or {}
+    return Reach(
+        tuple(str(c) for c in stored.get("channels") or ()),
+        tuple(str(c) for c in stored.get("never") or ()),
+        str(stored.get("open") or ""),
+        bool(stored.get("dms", True)),
+        tuple(sorted((str(k), str(v)) for k, v in names.items())),
+    )
+
+
+def channel_ids(text: str) -> tuple[str, ...]:
+    """Channel ids typed as a list ('C123, 456 <#789>'), in order, once each; `BadSetting`
+    for anything that is not one."""
+    found: list[str] = []
+    for word in re.split(r"[\s,]+", text.strip()):
+        if not word:
+            continue
+        match = re.fullmatch(r"<?#?([A-Za-z0-9]{1,40})(?:\|[^>]*)?>?", word)
+        if match is None:
+            raise BadSetting(f"{word[:40]!r} is not a channel id (e.g. C0123ABCD or 1234567890)")
+        if match.group(1) not in found:
+            found.append(match.group(1))
+    if len(found) > MAX_CHANNELS:
+        raise BadSetting(f"at most {MAX_CHANNELS} channels, got {len(found)}")
+    return tuple(found)

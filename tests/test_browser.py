@@ -457,3 +457,42 @@ async def test_an_admin_gives_the_companion_a_name_instructions_and_persona(
     assert "I am Skipper, at sea." in system
     await page.get_by_role("link", name="Audit log").click()
     assert "\tcompanion\t" in (await page.locator("tbody tr").all_inner_texts())[0]
+
+
+@within_stall
+async def test_an_admin_limits_where_it_speaks_and_blocks_a_member(site, context):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Where & who").click()
+    await page.get_by_label("Channels it answers in").fill("111, 222 <#222>")
+    await page.get_by_label("Channels it never answers in").fill("222")
+    await page.get_by_role("button", name="Save where it speaks").click()
+    assert "cannot be both" in await page.get_by_role("alert").inner_text()
+    assert await page.get_by_label("Channels it answers in").input_value() == "111, 222 <#222>"
+
+    await page.get_by_label("Channels it never answers in").fill("333")
+    await page.get_by_label("Channel where every message is for it").fill("444")
+    await page.locator("fieldset", has_text="Direct messages").get_by_label("Off").check()
+    await page.get_by_role("button", name="Save where it speaks").click()
+    assert "Saved" in await page.get_by_role("status").inner_text()
+    reach = await site.members.admission.reach(TENANT)
+    assert (reach.channels, reach.never, reach.open_channel, reach.dms) == (
+        ("111", "222"),
+        ("333",),
+        "444",
+        False,
+    )
+    assert await page.get_by_label("Channels it answers in").input_value() == "111, 222"
+
+    await page.get_by_label("Block a member").fill("bob")
+    await page.get_by_role("button", name="Block", exact=True).click()
+    assert "told once" in await page.get_by_role("status").inner_text()
+    assert "bob" in await page.locator("section", has_text="Blocked members").inner_text()
+    await shoot(page, "admin-reach")
+    await page.get_by_role("button", name="Unblock bob").click()
+    assert "Nobody is blocked." in await page.inner_text("main")
+    await page.get_by_role("link", name="Audit log").click()
+    rows = await page.locator("tbody tr").all_inner_texts()
+    assert [row.split("\t")[1:4] for row in rows[:2]] == [
+        ["mod", "unblock", "bob"],
+        ["mod", "block", "bob"],
+    ]

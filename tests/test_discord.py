@@ -18,6 +18,7 @@ from sqlalchemy import select
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
 from adapters.discord.commands import LAPSED, Confirm
 from core.members.access import Access
+from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.members.documents import MAX_UPLOAD_BYTES
 from core.models import Passage
 from tests.fake_discord import (
@@ -553,3 +554,104 @@ async def test_admins_name_their_companion_and_give_it_instructions(bot, fake):
     assert "**Name:** Captain" in bot.answers(shown)[0]
     log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
     assert log == [(str(MOD), "companion")]
+
+
+def a_channel(channel_id: int, name: str) -> dict[str, Any]:
+    """`resolved` data of a channel option, as Discord sends it."""
+    shown = {"id": str(channel_id), "name": name, "type": 0, "permissions": "0"}
+    return {"channels": {str(channel_id): shown}}
+
+
+async def place(bot, channel_id: int, name: str, mode: str) -> list[str]:
+    asked = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("channel", channel=(7, str(channel_id)), mode=(STRING, mode)),
+        permissions=MANAGE_GUILD,
+        resolved=a_channel(channel_id, name),
+    )
+    return bot.answers(asked)
+
+
+async def test_admins_choose_the_channels_it_answers_in_and_turn_dms_off(bot, fake, sessions):
+    elsewhere = 1_100_000_000_000_000_070
+    said = await place(bot, elsewhere, "bots", "answer")
+    assert said == [
+        "I now answer in #bots (when addressed there). Answers in: #bots. Direct messages: on."
+    ]
+    await bot.mention(ANN, "are you there?")  # #general is not one of its channels now
+    await bot.mention(BOB, "and in the thread?", channel=THREAD)
+    assert fake.requests == [] and not bot.api.sent(GENERAL) and not bot.api.sent(THREAD)
+    assert await bot.members.view(TENANT, str(ANN)) is None  # not stored either
+
+    await place(bot, GENERAL, "general", "answer")  # two channels now
+    await bot.mention(ANN, "now?")
+    assert bot.api.texts(GENERAL) == ["You said: now?"]
+    await bot.mention(BOB, "in the thread of general", channel=THREAD)
+    assert bot.api.texts(THREAD) == ["You said: in the thread of general"]
+
+    await bot.say(ANN, "no mention here")
+    assert len(bot.api.sent(GENERAL)) == 1
+    said = await place(bot, GENERAL, "general", "open")
+    assert "Every message in #general is now for me" in said[0]
+    await bot.say(ANN, "no mention needed")
+    assert bot.api.texts(GENERAL)[-1] == "You said: no mention needed"
+
+    await place(bot, GENERAL, "general", "never")
+    await bot.mention(ANN, "hello?")
+    assert bot.api.texts(GENERAL)[-1] == "You said: no mention needed"
+
+    off = await bot.slash(
+        MOD, "admin", subcommand("dms", enabled=(BOOLEAN, False)), permissions=MANAGE_GUILD
+    )
+    assert "Direct messages: off." in bot.answers(off)[0]
+    asked = len(fake.chat_requests)
+    await bot.say(ANN, "psst", DM, dm=True)
+    assert bot.api.texts(DM) == [DMS_OFF] and len(fake.chat_requests) == asked
+    log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
+    assert log == [(str(MOD), "where")] * 5
+
+
+async def test_a_blocked_member_is_told_once_and_keeps_their_memory(bot, fake, clock):
+    await bot.say(ANN, "remember that I sail on Sundays", DM, dm=True)
+    before = (await bot.members.view(TENANT, str(ANN))).messages
+
+    async def planned() -> list[str]:
+        return [o.user for o in await bot.members.scheduled_openers(clock.now)]
+
+    assert str(ANN) in await planned()
+    refused = await bot.slash(
+        BOB, "admin", subcommand("block", member=(USER, str(ANN))), resolved=resolved_member(ANN)
+    )
+    assert bot.answers(refused) == [NOT_ADMIN]
+    blocked = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("block", member=(USER, str(ANN))),
+        permissions=MANAGE_GUILD,
+        resolved=resolved_member(ANN),
+    )
+    assert "Ann is now blocked" in bot.answers(blocked)[0]
+    asked = len(fake.chat_requests)
+    await bot.mention(ANN, "hello?")
+    await bot.mention(ANN, "hello??")
+    await bot.say(ANN, "anyone?", DM, dm=True)
+    assert bot.api.texts(GENERAL) == [BLOCKED_NOTICE]  # told once, in all
+    assert len(fake.chat_requests) == asked
+    view = await bot.members.view(TENANT, str(ANN))
+    assert "Sundays" in str(view.blocks) and view.messages == before  # kept, nothing added
+    assert [b.user for b in await bot.members.admission.blocked(TENANT)] == [str(ANN)]
+    assert str(ANN) not in await planned()  # openers stop
+
+    await bot.slash(
+        MOD,
+        "admin",
+        subcommand("unblock", member=(USER, str(ANN))),
+        permissions=MANAGE_GUILD,
+        resolved=resolved_member(ANN),
+    )
+    assert str(ANN) in await planned()
+    await bot.mention(ANN, "back again")
+    assert bot.api.texts(GENERAL)[-1] == "You said: back again"
+    log = [(e.action, e.target) for e in await bot.members.audit_log(TENANT)]
+    assert log[:2] == [("unblock", str(ANN)), ("block", str(ANN))]

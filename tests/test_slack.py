@@ -9,10 +9,11 @@ from sqlalchemy import select
 
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
 from core.members.access import Access
+from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.models import Passage
 from tests.fake_openai import last_user_text, say
 from tests.fake_slack import BOT_USER, TEAM
-from tests.rigs import slack_envelope, slack_message, slack_rig
+from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
 
 
 @pytest.fixture
@@ -296,3 +297,64 @@ async def test_admins_name_their_companion_and_give_it_instructions(slack, fake)
     assert cleared[-1]["text"] == "Saved: the name is back to the default."
     log = [(e.actor, e.action) for e in await slack.members.audit_log(tenant)]
     assert log == [("UADMIN", "companion")] * 4
+
+
+def mention(channel: str, text: str, user: str = "U1") -> dict:
+    ts = slack_ts()
+    event = {"type": "app_mention", "channel": channel, "user": user, "ts": ts, "event_ts": ts}
+    return slack_envelope({**event, "text": f"<@{BOT_USER}> {text}"})
+
+
+async def test_admins_choose_the_channels_it_answers_in_and_turn_dms_off(slack, fake):
+    tenant = f"slack:{TEAM}"
+    refused = await slack.command("admin channel <#C1|general> answer", user="U1")
+    assert refused[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin channel <#C1|general> answer", user="UADMIN")
+    assert said[-1]["text"].startswith("I now answer in #general")
+    await slack.command("admin channel <#C2|help> answer", user="UADMIN")
+    await slack.dispatch(mention("C9", "over here?"))
+    assert slack.posted() == [] and fake.requests == []
+    await slack.dispatch(mention("C1", "in general"))
+    await slack.dispatch(mention("C2", "in help"))
+    assert [r["text"] for r in slack.posted()] == ["You said: in general", "You said: in help"]
+
+    plain = slack_message(text="no mention", channel="C2", channel_type="channel")
+    await slack.dispatch(plain)
+    assert len(slack.posted()) == 2
+    said = await slack.command("admin channel <#C2|help> open", user="UADMIN")
+    assert "Every message in #help is now for me" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="no mention", channel="C2", channel_type="channel"))
+    assert slack.posted()[-1]["text"] == "You said: no mention"
+
+    await slack.command("admin channel <#C1|general> never", user="UADMIN")
+    await slack.dispatch(mention("C1", "still there?"))
+    assert len(slack.posted()) == 3
+
+    said = await slack.command("admin dms off", user="UADMIN")
+    assert "Direct messages: off." in said[-1]["text"]
+    asked = len(fake.requests)
+    await slack.dispatch(slack_message(text="psst"))
+    assert slack.posted()[-1] == {**slack.posted()[-1], "channel": "D1", "text": DMS_OFF}
+    assert len(fake.requests) == asked
+    log = [(e.actor, e.action) for e in await slack.members.audit_log(tenant)]
+    assert log == [("UADMIN", "where")] * 5
+
+
+async def test_a_blocked_member_is_told_once_and_keeps_their_memory(slack, fake):
+    tenant = f"slack:{TEAM}"
+    await slack.dispatch(slack_message(text="remember that I like kites"))
+    before = (await slack.members.view(tenant, "U1")).messages
+    said = await slack.command("admin block <@U1|ann>", user="UADMIN")
+    assert "is now blocked" in said[-1]["text"]
+    posted, asked = len(slack.posted()), len(fake.requests)
+    await slack.dispatch(slack_message(text="hello?"))
+    await slack.dispatch(mention("C1", "hello??"))
+    notices = [r["text"] for r in slack.posted()[posted:]]
+    assert notices == [BLOCKED_NOTICE] and len(fake.requests) == asked
+    view = await slack.members.view(tenant, "U1")
+    assert "kites" in str(view.blocks) and view.messages == before
+    await slack.dispatch(slack_message(user="U2", text="I am not blocked"))
+    assert slack.posted()[-1]["text"] == "You said: I am not blocked"
+    await slack.command("admin unblock <@U1>", user="UADMIN")
+    await slack.dispatch(slack_message(text="back"))
+    assert slack.posted()[-1]["text"] == "You said: back"

@@ -26,11 +26,12 @@ from adapters.discord.catchup import catch_up
 from adapters.discord.commands import CommandState, CompanionTree, add_commands
 from adapters.discord.messages import (
     CHAT_TYPES,
-    addressed_to,
     guild_id_of,
     handle_message,
+    where_of,
 )
 from adapters.discord.posting import post_reply
+from core.companion import Where
 from core.events import EventKind, InboundEvent
 
 log = logging.getLogger(__name__)
@@ -171,17 +172,27 @@ class CompanionClient(discord.Client):
         me = self.user
         if me is None or message.author.bot or message.webhook_id is not None:
             return
-        if message.type not in CHAT_TYPES or not addressed_to(message, me):
+        if message.type not in CHAT_TYPES:
+            return
+        where, guild_id = where_of(message, me), guild_id_of(message)
+        if not where.addressed and not await self._open_channel(guild_id, where):
             return
         try:
-            tenant = await self.tenant_of(guild_id_of(message), message.author.id)
-            await handle_message(self.services, tenant, message, me)
+            tenant = await self.tenant_of(guild_id, message.author.id)
+            await handle_message(self.services, tenant, message, me, where)
         except Exception:
             log.exception("message %s in channel %s failed", message.id, message.channel.id)
             try:
                 await message.channel.send(SORRY)
             except discord.HTTPException:
                 log.warning("could not apologise in channel %s", message.channel.id)
+
+    async def _open_channel(self, guild_id: int | None, where: Where) -> bool:
+        """A message not addressed to the bot, in a channel where every message is for it."""
+        if guild_id is None:
+            return False
+        reach = await self.services.members.admission.reach(tenant_key(guild_id))
+        return reach.answers(where)
 
     async def on_member_join(self, member: discord.Member) -> None:
         if member.bot:

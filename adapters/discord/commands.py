@@ -5,6 +5,7 @@
     /openers on|off, /quiet-hours, /timezone      the member's opener settings
     /admin export | reset <member>, /admin welcome <enabled>, /admin web      admins only
     /admin companion [name] [instructions] [persona]                         admins only
+    /admin channel <channel> <mode>, /admin dms <enabled>, /admin block | unblock <member>
 
 Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
 Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
@@ -38,10 +39,13 @@ from adapters.common import (
     NOTHING_YET,
     SORRY,
     Services,
+    block_member,
     change_companion,
     companion_text,
     export_bytes,
     memory_text,
+    place_channel,
+    reach_text,
 )
 from adapters.discord.posting import DISCORD_LIMIT
 from adapters.text import split_message
@@ -275,6 +279,54 @@ class AdminCommands(
             return
         actor = str(interaction.user.id)
         await _say(interaction, await change_companion(services.members, tenant, actor, changes))
+
+    @app_commands.command(description="Where I answer: set one channel's place")
+    @app_commands.describe(
+        channel="The channel",
+        mode="answer: one of the only channels I answer in; never; open: every message there "
+        "is for me; default: none of these",
+    )
+    async def channel(
+        self,
+        interaction: discord.Interaction,
+        channel: app_commands.AppCommandChannel,
+        mode: Literal["answer", "never", "open", "default"],
+    ) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        actor, name = str(interaction.user.id), f"#{channel.name}"
+        said = await place_channel(services.members, tenant, actor, str(channel.id), name, mode)
+        await _say(interaction, said)
+
+    @app_commands.command(description="Whether members may talk to me by direct message")
+    @app_commands.describe(enabled="True: DMs are answered; False: they are not")
+    async def dms(self, interaction: discord.Interaction, enabled: bool) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        reach = await services.members.admission.change_reach(
+            tenant, str(interaction.user.id), dms=enabled
+        )
+        await _say(interaction, reach_text(reach))
+
+    @app_commands.command(description="Stop answering a member (their memory is kept)")
+    @app_commands.describe(member="Whom")
+    async def block(self, interaction: discord.Interaction, member: Someone) -> None:
+        await self._block(interaction, member, True)
+
+    @app_commands.command(description="Answer a blocked member again")
+    @app_commands.describe(member="Whom")
+    async def unblock(self, interaction: discord.Interaction, member: Someone) -> None:
+        await self._block(interaction, member, False)
+
+    async def _block(self, interaction: discord.Interaction, member: Someone, on: bool) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        said = await block_member(
+            services.members,
+            tenant,
+            str(interaction.user.id),
+            str(member.id),
+            member.display_name,
+            on,
+        )
+        await _say(interaction, said)
 
     @app_commands.command(description="A private link to members, memory, usage and settings")
     async def web(self, interaction: discord.Interaction) -> None:

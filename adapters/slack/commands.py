@@ -4,6 +4,8 @@
                | timezone Europe/Berlin | web | help
     /companion admin export @member | admin reset @member | admin welcome on|off | admin web
     /companion admin companion | admin name|instructions|persona <text> (- for the default)
+    /companion admin channel #channel answer|never|open|default | admin dms on|off
+    /companion admin block | unblock @member
 
 Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
 button only the person who asked can press. Admin means workspace admin or owner (asked
@@ -25,10 +27,13 @@ from adapters.common import (
     HELP,
     NOT_ADMIN,
     Services,
+    block_member,
     change_companion,
     companion_text,
     export_bytes,
     memory_text,
+    place_channel,
+    reach_text,
 )
 from adapters.slack.events import tenant_key
 from adapters.slack.later import after_ack
@@ -38,6 +43,7 @@ from core.errors import BadSetting
 FORGET = "companion_forget_confirm"
 RESET = "companion_admin_reset_confirm"
 MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|([^>]*))?>")
 
 
 async def is_admin(services: Services, client: AsyncWebClient, user: str) -> bool:
@@ -78,7 +84,8 @@ async def send_file(client: AsyncWebClient, user: str, name: str, data: bytes, n
 
 ADMIN_USAGE = (
     "Usage: /companion admin export @member | reset @member | welcome on|off | web | "
-    "companion | name <name> | instructions <text> | persona <text> (- for the default)"
+    "companion | name <name> | instructions <text> | persona <text> (- for the default) | "
+    "channel #channel answer|never|open|default | dms on|off | block @member | unblock @member"
 )
 
 
@@ -98,6 +105,26 @@ async def _admin(
     action = words[0].lower() if words else ""
     if action == "companion":
         await respond(to_slack_mrkdwn(await companion_text(services.members, tenant)))
+        return
+    channel = CHANNEL.fullmatch(words[1]) if len(words) == 3 else None
+    if action == "channel" and channel is not None:
+        name = f"#{channel.group(2)}" if channel.group(2) else f"<#{channel.group(1)}>"
+        said = await place_channel(
+            services.members, tenant, actor, channel.group(1), name, words[2].lower()
+        )
+        await respond(said)
+        return
+    if action == "dms" and words[1:] in (["on"], ["off"]):
+        reach = await services.members.admission.change_reach(tenant, actor, dms=words[1] == "on")
+        await respond(reach_text(reach))
+        return
+    blocked = MENTION.fullmatch(words[1]) if len(words) == 2 else None
+    if action in ("block", "unblock") and blocked is not None:
+        who = blocked.group(1)
+        said = await block_member(
+            services.members, tenant, actor, who, f"<@{who}>", action == "block"
+        )
+        await respond(said)
         return
     if action in ("name", "instructions", "persona") and len(words) > 1:
         value = text.split(None, 1)[1]

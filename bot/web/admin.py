@@ -4,6 +4,8 @@
     GET  /admin/usage      tokens per day, as a chart and a table
     GET  /admin/companion  the community's companion: name, instructions, new members'
                            persona (POST: save, audited; existing personas kept or replaced)
+    GET  /admin/reach      where it answers (channels, DMs) and who is blocked (POST: save,
+                           block, unblock; audited)
     GET  /admin/settings   welcome and opener settings (POST: save, audited)
     GET  /admin/audit      the audit log
 
@@ -14,18 +16,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
 from bot.web.auth import see_other
 from bot.web.render import Templates, admin_tabs, usage_chart
-from core.companion import INSTRUCTIONS_LIMIT, NAME_LIMIT, CompanionProfile
+from core.companion import INSTRUCTIONS_LIMIT, NAME_LIMIT, CompanionProfile, channel_ids
 from core.errors import BadSetting
 from core.members.access import Viewer
+from core.members.admission import REACH_TTL
 from core.members.community import Community
 from core.members.service import Members
 
 AUDIT_ROWS = 200
+REACH_NOTICES = (
+    "Saved; every message from now on follows it.",
+    "Blocked: the companion stops answering them; they are told once.",
+    "Unblocked: the companion answers them again.",
+)
 USAGE_DAYS = 30
 
 
@@ -134,6 +143,56 @@ class AdminPages:
             notice=notice,
         )
 
+    async def reach(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        admission, error = self.members.admission, None
+        if request.method == "POST":
+            try:
+                notice = await self._change_reach(viewer, form)
+                return see_other(f"/admin/reach?saved={quote(notice)}")
+            except BadSetting as refused:
+                error = f"Not saved: {refused}. Nothing was changed."
+        saved = request.query.get("saved")
+        return self._page(
+            viewer,
+            "reach",
+            "Where & who",
+            "admin_reach.html",
+            400 if error else 200,
+            r=await admission.reach(viewer.tenant),
+            blocked=await admission.blocked(viewer.tenant),
+            ttl=int(REACH_TTL),
+            typed=form if error and form.get("form") == "where" else None,
+            error=error,
+            notice=saved if saved in REACH_NOTICES else None,
+        )
+
+    async def _change_reach(self, viewer: Viewer, form: Mapping[str, str]) -> str:
+        """What the form asked, done; the notice to show (one of REACH_NOTICES)."""
+        admission, what = self.members.admission, form.get("form")
+        if what in ("block", "unblock"):
+            user = form.get("user", "").strip()
+            if not user or len(user) > 64 or not user.replace("-", "").isalnum():
+                raise BadSetting("type the member's platform user id, e.g. U0123ABCD")
+            await admission.block(viewer.tenant, viewer.actor, user, what == "block")
+            return REACH_NOTICES[1 if what == "block" else 2]
+        dms = form.get("dms", "")
+        if dms not in ("on", "off"):
+            raise BadSetting("direct messages must be on or off")
+        opened = channel_ids(form.get("open", ""))
+        if len(opened) > 1:
+            raise BadSetting("only one channel can have every message for it")
+        await admission.change_reach(
+            viewer.tenant,
+            viewer.actor,
+            channels=channel_ids(form.get("channels", "")),
+            never=channel_ids(form.get("never", "")),
+            open_channel=opened[0] if opened else "",
+            dms=dms == "on",
+        )
+        return REACH_NOTICES[0]
+
     async def audit(
         self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
     ) -> web.Response:
@@ -145,6 +204,8 @@ class AdminPages:
             web.get("/admin", admin_page(self.roster)),
             web.get("/admin/companion", admin_page(self.companion)),
             web.post("/admin/companion", admin_page(self.companion)),
+            web.get("/admin/reach", admin_page(self.reach)),
+            web.post("/admin/reach", admin_page(self.reach)),
             web.get("/admin/usage", admin_page(self.usage)),
             web.get("/admin/settings", admin_page(self.settings)),
             web.post("/admin/settings", admin_page(self.settings)),

@@ -26,6 +26,7 @@ from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent, find_user, reset_agent
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
+from core.members.admission import Admission
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
@@ -92,6 +93,7 @@ class Members:
         self.dm_homes = DmHomes(sessions, config, clock)  # whose memory DMs use
         self.zones = ProfileZones(sessions, config, clock)  # time zones from profiles
         self.profiles = Profiles(sessions, config, clock)  # the community's companion
+        self.admission = Admission(sessions, config, clock)  # where it answers, and whom
 
     @asynccontextmanager
     async def _reading(
