@@ -23,7 +23,7 @@ import discord
 
 from adapters.common import SORRY, WELCOME_EVENT, Services
 from adapters.discord.catchup import catch_up
-from adapters.discord.commands import CommandState, CompanionTree, add_commands
+from adapters.discord.commands import CommandState
 from adapters.discord.messages import (
     CHAT_TYPES,
     guild_id_of,
@@ -31,6 +31,7 @@ from adapters.discord.messages import (
     where_of,
 )
 from adapters.discord.posting import post_reply
+from adapters.discord.tree import CompanionTree, add_commands
 from core.companion import Where
 from core.events import EventKind, InboundEvent
 
