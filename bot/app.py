@@ -34,6 +34,7 @@ from core.memory.turn import Mind
 from core.memory.window import check_window
 from core.ports import ChatModel, Embedder
 from core.runtime.engine import Engine, utcnow
+from core.runtime.pictures import Vision
 from core.wire.health import WireHealth
 
 
@@ -105,7 +106,10 @@ async def open_app(
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
         # Turns take at most half the pool (POOL_SIZE of 2 x POOL_SIZE connections): the rest
         # stores events, delivers replies and answers /readyz however busy the agents are.
-        engine = Engine(sessions, mind, clock or utcnow, worker, turns_at_once=POOL_SIZE)
+        vision = Vision(settings.vision, settings.model or "unset")
+        engine = Engine(
+            sessions, mind, clock or utcnow, worker, turns_at_once=POOL_SIZE, vision=vision
+        )
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(

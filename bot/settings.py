@@ -74,6 +74,13 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"{name} must be on or off, got {raw!r}")
 
 
+def _vision(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
+    if value not in ("auto", "on", "off"):
+        raise ConfigError(f"COMPANION_VISION must be auto, on or off, got {raw!r}")
+    return value
+
+
 def _rate(raw: str) -> tuple[int, int] | None:
     """'30/hour' -> (30, 3600); 'off' -> None."""
     raw = raw.strip().lower()
@@ -204,6 +211,7 @@ class Settings:
     link_minutes: int = 15  # how long a sign-in link works
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
+    vision: str = "auto"  # pictures shown to the model: on, off, auto (until it refuses one)
     rate_limit: tuple[int, int] | None = (30, 3600)  # messages, per seconds
     tenant_daily_tokens: int | None = None
     member_daily_tokens: int | None = None
@@ -251,6 +259,7 @@ class Settings:
                 if part.strip()
             ),
             welcome=_flag(env, "COMPANION_WELCOME", True),
+            vision=_vision(env.get("COMPANION_VISION", "auto")),
             rate_limit=_rate(env.get("COMPANION_RATE_LIMIT", "30/hour")),
             tenant_daily_tokens=_int(env, "COMPANION_TENANT_DAILY_TOKENS", None),
             member_daily_tokens=_int(env, "COMPANION_MEMBER_DAILY_TOKENS", None),

@@ -7,6 +7,7 @@ MESSAGE_CREATE, GUILD_MEMBER_ADD and INTERACTION_CREATE dicts, and everything it
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -20,7 +21,7 @@ from adapters.discord.commands import LAPSED, Confirm
 from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.members.documents import MAX_UPLOAD_BYTES
-from core.models import Passage
+from core.models import Event, Passage
 from tests.fake_discord import (
     EPHEMERAL,
     MANAGE_GUILD,
@@ -36,7 +37,16 @@ from tests.fake_discord import (
     thread,
     user,
 )
-from tests.fake_openai import is_summary_request, person_said, say, summary_of
+from tests.fake_openai import (
+    calls,
+    default_brain,
+    is_summary_request,
+    person_said,
+    png,
+    say,
+    summary_of,
+    tool_call,
+)
 from tests.rigs import discord_rig, settle
 
 GUILD = 1_100_000_000_000_000_001
@@ -655,3 +665,76 @@ async def test_a_blocked_member_is_told_once_and_keeps_their_memory(bot, fake, c
     assert bot.api.texts(GENERAL)[-1] == "You said: back again"
     log = [(e.action, e.target) for e in await bot.members.audit_log(TENANT)]
     assert log[:2] == [("unblock", str(ANN)), ("block", str(ANN))]
+
+
+CAT = "A ginger cat asleep on a blue sofa, one paw over its nose."
+
+
+def recalls_pictures(body):
+    if not body.get("tools"):
+        return default_brain(body)
+    if body["messages"][-1]["role"] != "tool" and "photo of my cat" in person_said(body)[-1]:
+        return calls(tool_call("archival_memory_search", query="cat sofa"))
+    return default_brain(body)
+
+
+async def test_a_shared_photo_is_seen_remembered_and_recalled_later(bot, fake, sessions, clock):
+    photo = png()
+    fake.pictures[photo] = CAT
+    fake.brain = recalls_pictures
+    bot.api.files["miso.png"] = photo
+    shared = [attachment(bot.api.file_url("miso.png"), "miso.png", len(photo))]
+    await bot.mention(ANN, "look at Miso!", attachments=shared)
+    (looked,) = [r for r in fake.requests if not r.get("tools")]
+    part = looked["messages"][1]["content"][1]
+    assert part["type"] == "image_url" and part["image_url"]["detail"] == "low"
+    assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    turn = fake.chat_requests[-1]
+    said = turn["messages"][-1]["content"]  # the words, then what it saw, in one message
+    assert said.index("look at Miso!") < said.index(f"it shows: {CAT}")
+    assert bot.api.texts(GENERAL)[-1].startswith("You said: look at Miso!")
+
+    scope = await bot.client.services.engine.agent(TENANT, str(ANN))
+    async with sessions() as session:
+        (kept,) = await session.scalars(select(Passage).where(Passage.agent_id == scope.agent_id))
+        assert kept.source == "picture miso.png" and CAT in kept.text
+        stored = json.dumps(
+            [list(row) for row in (await session.execute(select(Event.payload))).all()]
+        )
+    assert base64.b64encode(photo).decode()[:40] not in stored  # the bytes are not kept
+
+    await bot.mention(ANN, "again", attachments=shared)  # the same file, redelivered
+    assert len([r for r in fake.requests if not r.get("tools")]) == 1
+    clock.advance(days=120)
+    await bot.mention(ANN, "do you remember the photo of my cat?")
+    assert "ginger cat asleep on a blue sofa" in bot.api.texts(GENERAL)[-1]
+    doc = await bot.members.export(TENANT, str(ANN))
+    assert any(CAT in p["text"] for p in doc["passages"])  # export covers it
+    await bot.members.forget(TENANT, str(ANN))
+    async with sessions() as session:
+        assert not list(
+            await session.scalars(select(Passage).where(Passage.text.contains("ginger")))
+        )
+
+
+async def test_a_text_only_model_gets_one_kind_notice_and_the_words_go_on(bot, fake):
+    fake.vision = False
+    for n in (1, 2):
+        bot.api.files[f"p{n}.png"] = png(n)
+    shared = [attachment(bot.api.file_url(f"p{n}.png"), f"p{n}.png", len(png(n))) for n in (1, 2)]
+    await bot.mention(ANN, "my garden today", attachments=shared)
+    texts = bot.api.texts(GENERAL)
+    assert texts == [
+        "I can't see pictures here, sorry: the model I run on reads only text. If you tell me "
+        "in words what p1.png shows, I'll happily remember it.",
+        texts[-1],
+    ]
+    assert texts[-1].startswith("You said: my garden today")
+    looked = [r for r in fake.requests if not r.get("tools")]
+    assert len(looked) == 1  # refused once, remembered: the second picture is not sent
+    await bot.mention(ANN, "and tomorrow's", attachments=shared[:1])
+    assert bot.api.texts(GENERAL)[-1].startswith("You said: and tomorrow's")
+    assert len(bot.api.texts(GENERAL)) == 3  # told once, not again
+    assert len([r for r in fake.requests if not r.get("tools")]) == 1
+    # Not a setup error: /readyz still says the model is fine.
+    assert bot.client.services.engine.mind.health.state()[0] == "ok"

@@ -11,7 +11,7 @@ from adapters.common import FORGET_DONE, NOT_ADMIN, Services
 from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.models import Passage
-from tests.fake_openai import last_user_text, say
+from tests.fake_openai import last_user_text, png, say
 from tests.fake_slack import BOT_USER, TEAM
 from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
 
@@ -358,3 +358,35 @@ async def test_a_blocked_member_is_told_once_and_keeps_their_memory(slack, fake)
     await slack.command("admin unblock <@U1>", user="UADMIN")
     await slack.dispatch(slack_message(text="back"))
     assert slack.posted()[-1]["text"] == "You said: back"
+
+
+async def test_a_shared_photo_is_described_or_kindly_refused(slack, fake, sessions):
+    api = slack.api
+    api.files["kite.png"] = png(7)
+    fake.pictures[png(7)] = "A red kite high over a pebble beach."
+    shared = {
+        "id": "F7",
+        "name": "kite.png",
+        "size": len(png(7)),
+        "url_private_download": f"{api.root}/files/kite.png",
+    }
+    await slack.dispatch(slack_message(text="my new kite", subtype="file_share", files=[shared]))
+    assert slack.posted()[-1]["text"].startswith("You said: my new kite")
+    assert "red kite high over a pebble beach" in fake.chat_requests[-1]["messages"][-1]["content"]
+    async with sessions() as session:
+        assert "red kite" in (await session.scalar(select(Passage.text)))
+
+    fake.vision = False
+    api.files["sea.png"] = png(8)
+    other = {
+        **shared,
+        "id": "F8",
+        "name": "sea.png",
+        "url_private_download": f"{api.root}/files/sea.png",
+    }
+    await slack.dispatch(
+        slack_message(user="U2", text="the sea", subtype="file_share", files=[other])
+    )
+    texts = [r["text"] for r in slack.posted()[-2:]]
+    assert texts[0].startswith("I can't see pictures here, sorry")
+    assert texts[1].startswith("You said: the sea")

@@ -10,6 +10,7 @@
     resume()               after a restart, drain every agent with pending events (and
                            release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
+    pictures.see(...)      a shared picture described by the model, kept in archival memory
     (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
     for a clean shutdown, from `engine.activity`; what was stored from where, for reading
     a platform back after a restart, from `engine.seen`)
@@ -50,6 +51,7 @@ from core.runtime.apologies import apology
 from core.runtime.budgets import over_limit, record_usage
 from core.runtime.gate import TurnGate
 from core.runtime.outbox import Outbox
+from core.runtime.pictures import Pictures, Vision
 from core.runtime.seen import Seen
 from core.schedule.planning import after_event
 from core.scope import Scope, enter_scope
@@ -94,6 +96,7 @@ class Engine:
         clock: Callable[[], datetime] = utcnow,
         embeddings: EmbeddingWorker | None = None,
         turns_at_once: int = 10,
+        vision: Vision | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
@@ -103,6 +106,7 @@ class Engine:
         self.activity = Activity()
         self.seen = Seen(sessions)
         self.gate = TurnGate(turns_at_once)  # who may take a connection for a turn, when
+        self.pictures = Pictures(sessions, mind, clock, vision or Vision())
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""
@@ -153,8 +157,9 @@ class Engine:
             await enter_scope(session, scope)
             return (await self._insert_event(session, scope, event, hold))[0]
 
-    async def release(self, scope: Scope, event_id: int) -> None:
-        """A held event joins the agent's pending events (once; later calls do nothing)."""
+    async def release(self, scope: Scope, event_id: int, note: str | None = None) -> None:
+        """A held event joins the agent's pending events (once; later calls do nothing),
+        with `note` (what came of its pictures) after its words."""
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
             event = await session.scalar(
@@ -163,7 +168,7 @@ class Engine:
                 .with_for_update()
             )
             if event is not None:
-                self._unhold(event)
+                self._unhold(event, note)
 
     def _unhold(self, event: Event, note: str | None = None) -> None:
         """Pending again; held only for its files (no words, nothing went wrong): done."""
