@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from core.config import FALLBACK_WINDOW, EngineConfig, window_for
+from core.config import DEFAULT_WINDOW, FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
 from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
@@ -348,7 +348,8 @@ class Settings:
     def window(self) -> int:
         if self.context_window:
             return self.context_window
-        return (window_for(self.model) if self.model else None) or FALLBACK_WINDOW
+        known = (window_for(self.model) if self.model else None) or FALLBACK_WINDOW
+        return min(known, DEFAULT_WINDOW)
 
     def engine_config(self) -> EngineConfig:
         window = self.window

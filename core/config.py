@@ -35,6 +35,11 @@ KNOWN_WINDOWS = {
     "mistral": 32_768,
 }
 FALLBACK_WINDOW = 8_192
+# The most of a model's window Companion uses unless COMPANION_CONTEXT_WINDOW says more: a
+# prompt grows to the window before its first flush, so a 128k window would make every turn
+# of a long conversation cost ~100k tokens. 16k holds the instructions, working context, a
+# summary and dozens of messages.
+DEFAULT_WINDOW = 16_384
 
 
 def window_for(model: str) -> int | None:
