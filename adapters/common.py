@@ -39,12 +39,28 @@ class Services:
         settings = await self.members.tenant_settings(tenant)
         return bool(settings.get("welcome", self.welcome_default))
 
+    async def welcome_event(self, tenant: str, name: str) -> str | None:
+        """What the new member's companion is asked to write, None when welcomes are off."""
+        settings = await self.members.tenant_settings(tenant)
+        if not settings.get("welcome", self.welcome_default):
+            return None
+        return welcome_text(name, str(settings.get("welcome_text") or ""))
+
 
 WELCOME_EVENT = (
     "{name} just joined the community. Write them a short, warm welcome in your own voice, "
     "say what you can do (remember what they tell you, talk any time by direct message), "
     "and invite them to say hello."
 )
+WELCOME_ASKED = "The community's admins ask every welcome to say this, in your words: {text}"
+
+
+def welcome_text(name: str, asked: str = "") -> str:
+    """The event a new member's companion writes their welcome from."""
+    event = WELCOME_EVENT.format(name=name)
+    return f"{event}\n{WELCOME_ASKED.format(text=asked)}" if asked else event
+
+
 NOT_ADMIN = "Only community admins can do that."
 NO_INSPECTOR = "The memory inspector is not running here; ask the operator."
 WEB_LINK = (

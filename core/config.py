@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from core.prices import Price
 from core.schedule.policy import ScheduleConfig
@@ -102,3 +103,26 @@ class EngineConfig:
     @property
     def max_summary_tokens(self) -> int:
         return max(64, int(self.context_window * self.summary_share))
+
+
+# Budgets a community's admins may set for themselves, under the operator's (EngineConfig).
+LIMIT_KEYS = (
+    "rate_limit",
+    "member_daily_tokens",
+    "tenant_daily_tokens",
+    "member_daily_usd",
+    "tenant_daily_usd",
+)
+
+
+def within_ceilings(config: EngineConfig, limits: dict[str, Any] | None) -> EngineConfig:
+    """The engine's budgets for one community: its admins' own, where they set one, but
+    never above the operator's (None: no limit)."""
+    if not limits:
+        return config
+    changes: dict[str, Any] = {}
+    for key in LIMIT_KEYS:
+        theirs, ceiling = limits.get(key), getattr(config, key)
+        if theirs is not None:
+            changes[key] = theirs if ceiling is None else min(theirs, ceiling)
+    return replace(config, **changes)

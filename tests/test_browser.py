@@ -496,3 +496,29 @@ async def test_an_admin_limits_where_it_speaks_and_blocks_a_member(site, context
         ["mod", "unblock", "bob"],
         ["mod", "block", "bob"],
     ]
+
+
+@within_stall
+async def test_an_admin_lowers_the_communitys_limits_and_sets_the_welcome(site, context):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Settings").click()
+    rate = page.get_by_label("Messages one member may send per hour")
+    assert "ceiling: 30" in await page.locator("#ceiling-rate_limit").inner_text()
+    await rate.fill("50")
+    await page.get_by_role("button", name="Save limits").click()
+    assert "can be at most 30, the operator's ceiling" in (
+        await page.get_by_role("alert").inner_text()
+    )
+    assert await rate.input_value() == "50"  # what was typed stays
+    await rate.fill("10")
+    await page.get_by_label("Model tokens the community may use per UTC day").fill("20,000")
+    await page.get_by_role("button", name="Save limits").click()
+    assert "Limits saved" in await page.get_by_role("status").inner_text()
+    limits = {limit.key: limit.value for limit in await site.community.limits(TENANT)}
+    assert limits["rate_limit"] == 10 and limits["tenant_daily_tokens"] == 20_000
+    assert await rate.input_value() == "10"
+
+    await page.get_by_label("What every welcome should say").fill("Say hi in #introductions.")
+    await page.get_by_role("button", name="Save settings").click()
+    assert (await site.community.settings(TENANT)).welcome_text == "Say hi in #introductions."
+    await shoot(page, "admin-settings-limits")

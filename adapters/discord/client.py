@@ -21,7 +21,7 @@ from typing import Any
 
 import discord
 
-from adapters.common import SORRY, WELCOME_EVENT, Services
+from adapters.common import SORRY, Services
 from adapters.discord.catchup import catch_up
 from adapters.discord.commands import CommandState
 from adapters.discord.messages import (
@@ -199,13 +199,14 @@ class CompanionClient(discord.Client):
         if member.bot:
             return
         tenant = tenant_key(member.guild.id)
-        if not await self.services.welcome_enabled(tenant):
+        welcome = await self.services.welcome_event(tenant, member.display_name)
+        if welcome is None:
             return
         engine = self.services.engine
         scope = await engine.agent(tenant, str(member.id), member.display_name)
         event = InboundEvent(
             EventKind.USER_ACTION,
-            WELCOME_EVENT.format(name=member.display_name),
+            welcome,
             dedup_key=f"discord:join:{member.guild.id}:{member.id}",
             meta={"platform": "discord", "guild_id": str(member.guild.id)},
         )

@@ -29,7 +29,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import WELCOME_EVENT, Services
+from adapters.common import Services
 from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
 from adapters.slack.later import after_ack
 from adapters.slack.posting import post_reply
@@ -311,13 +311,14 @@ def register_events(app: AsyncApp, services: Services) -> None:
         if user.get("is_bot") or not user.get("id"):
             return
         tenant = tenant_of(body, {"team": user.get("team_id")})
-        if not await services.welcome_enabled(tenant):
+        name = user.get("real_name") or user.get("name") or "Someone"
+        asked = await services.welcome_event(tenant, name)
+        if asked is None:
             return
         engine = services.engine
-        name = user.get("real_name") or user.get("name") or "Someone"
         welcome = InboundEvent(
             EventKind.USER_ACTION,
-            WELCOME_EVENT.format(name=name),
+            asked,
             f"slack:join:{tenant}:{user['id']}",
         )
         async with engine.activity.working():

@@ -6,7 +6,9 @@
                            persona (POST: save, audited; existing personas kept or replaced)
     GET  /admin/reach      where it answers (channels, DMs) and who is blocked (POST: save,
                            block, unblock; audited)
-    GET  /admin/settings   welcome and opener settings (POST: save, audited)
+    GET  /admin/settings   welcome and opener settings (POST: save, audited), and the
+                           community's own limits (POST /admin/limits: within the
+                           operator's ceilings, audited)
     GET  /admin/audit      the audit log
 
 A member's own pages (`bot.web.member`) open for admins too, from the member list.
@@ -20,13 +22,14 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from adapters.common import WELCOME_EVENT
 from bot.web.auth import see_other
 from bot.web.render import Templates, admin_tabs, usage_chart
 from core.companion import INSTRUCTIONS_LIMIT, NAME_LIMIT, CompanionProfile, channel_ids
 from core.errors import BadSetting
 from core.members.access import Viewer
 from core.members.admission import REACH_TTL
-from core.members.community import Community
+from core.members.community import WELCOME_TEXT_LIMIT, Community
 from core.members.service import Members
 
 AUDIT_ROWS = 200
@@ -80,18 +83,46 @@ class AdminPages:
                 return see_other("/admin/settings?saved=1")
             except BadSetting as refused:
                 error = f"Not saved: {refused}."
-        current = await self.community.settings(viewer.tenant)
+        return await self._settings_page(
+            request, viewer, error, "Saved; every member's next opener is re-planned."
+        )
+
+    async def limits(
+        self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
+    ) -> web.StreamResponse:
+        try:
+            await self.community.change_limits(viewer.tenant, viewer.actor, form)
+            return see_other("/admin/settings?limits=1")
+        except BadSetting as refused:
+            error = f"Limits not saved: {refused}. Nothing was changed."
+            return await self._settings_page(request, viewer, error, typed=form)
+
+    async def _settings_page(
+        self,
+        request: web.Request,
+        viewer: Viewer,
+        error: str | None,
+        saved: str = "",
+        typed: Mapping[str, str] | None = None,
+    ) -> web.Response:
+        notice = None
+        if request.query.get("saved"):
+            notice = saved
+        elif request.query.get("limits"):
+            notice = "Limits saved; they apply from the next message."
         return self._page(
             viewer,
             "settings",
             "Community settings",
             "admin_settings.html",
             400 if error else 200,
-            s=current,
+            s=await self.community.settings(viewer.tenant),
+            limits=await self.community.limits(viewer.tenant),
+            typed=typed,
+            welcome_event=WELCOME_EVENT.format(name="<their name>"),
+            welcome_limit=WELCOME_TEXT_LIMIT,
             error=error,
-            notice="Saved; every member's next opener is re-planned."
-            if request.query.get("saved")
-            else None,
+            notice=None if error else notice,
         )
 
     async def companion(
@@ -209,5 +240,6 @@ class AdminPages:
             web.get("/admin/usage", admin_page(self.usage)),
             web.get("/admin/settings", admin_page(self.settings)),
             web.post("/admin/settings", admin_page(self.settings)),
+            web.post("/admin/limits", admin_page(self.limits)),
             web.get("/admin/audit", admin_page(self.audit)),
         ]

@@ -10,10 +10,9 @@
     resume()               after a restart, drain every agent with pending events (and
                            release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
-    pictures.see(...)      a shared picture described by the model, kept in archival memory
-    (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
-    for a clean shutdown, from `engine.activity`; what was stored from where, for reading
-    a platform back after a restart, from `engine.seen`)
+    (`engine.pictures` looks at shared pictures; deliver, redeliver, take_replies, ... come
+    from `engine.outbox`; what is in progress, for a clean shutdown, from `engine.activity`;
+    what was stored from where, for reading a platform back after a restart, `engine.seen`)
 
 Each event runs in its own transaction holding the agent's row lock, so one agent handles
 one event at a time across every process, in arrival order; the replies go to the outbox in
@@ -35,6 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.config import within_ceilings
 from core.directory import ensure_agent
 from core.errors import CompanionError, ModelError
 from core.events import EventKind, EventStatus, InboundEvent, trigger_fields
@@ -260,7 +260,8 @@ class Engine:
         context: MainContext | None = None
         assert store.member is not None, "drain locked the agent"
         tenant, user = store.member
-        limited = await over_limit(session, store.scope, event, now, self.mind.config)
+        config = within_ceilings(self.mind.config, (tenant.settings or {}).get("limits"))
+        limited = await over_limit(session, store.scope, event, now, config)
         if limited is not None:
             reason, reply = limited
             metrics.count(Counter.LIMITED, reason=reason)
