@@ -225,12 +225,17 @@ class Members:
             return await export_agent(session, scope) if scope else None
 
     async def forget(self, tenant: str, user: str) -> bool:
-        """Erase the member: their agent, all its memory, and their settings."""
+        """Erase the member: their agent, all its memory, and their settings. A block by the
+        community's admins is theirs, not the member's, and stays."""
         async with self.sessions() as session, session.begin():
             member = await find_user(session, tenant, user)
             if member is None:
                 return False
+            blocked = bool((member.settings or {}).get("blocked"))
             await session.execute(delete(User).where(User.id == member.id))
+            if blocked:
+                kept = {"blocked": True, "blocked_told": True}
+                session.add(User(tenant_id=member.tenant_id, external_id=user, settings=kept))
             return True
 
     async def settings(self, tenant: str, user: str, **changes: Any) -> dict[str, Any]:
