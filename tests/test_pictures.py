@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from bot.settings import Settings
+from core.config import EngineConfig
 from core.errors import ConfigError, ImagesRefused, ModelSetupError, UploadRejected
+from core.events import EventKind, InboundEvent
 from core.models import Meta, Passage
 from core.runtime.pictures import NO_PICTURES, Pictures, Vision, picture_kind
 from core.wire.refusals import classify
@@ -130,3 +132,13 @@ async def test_a_picture_costs_the_member_its_tokens(engine, fake, members):
     await engine.pictures.see(scope, "a.png", png(), "k1", 0)
     days = await members.usage(engine.clock().date(), "t")
     assert [d.calls for d in days] == [1] and days[0].spent.tokens > 85
+
+
+async def test_a_spent_budget_is_not_spent_further_on_pictures(make_engine_for, fake, members):
+    engine = make_engine_for(EngineConfig(member_daily_tokens=50))
+    fake.pictures[png()] = "A cat."
+    scope = await engine.agent("t", "ana")
+    await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello"))  # > 50 tokens
+    seen = await engine.pictures.see(scope, "a.png", png(), "k1", 0)
+    assert "budget" in seen.note and seen.notice is None
+    assert [r for r in fake.requests if not r.get("tools")] == []

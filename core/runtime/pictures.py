@@ -11,7 +11,8 @@ description. The description is kept in archival memory with its source (the pic
 name), so it is found again months later; the picture's bytes are never stored. Each
 picture is recorded once as a done event (dedup key: the platform's id of the file), so a
 redelivered message is not described twice. Where the model sees no pictures, the agent
-reads that one was shared and the member is told once, kindly; the words go on.
+reads that one was shared and the member is told once, kindly; the words go on. A member
+or community whose budget for the day is spent gets no description call either.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.config import within_ceilings
 from core.errors import ImagesRefused, UploadRejected
 from core.events import EventKind, EventStatus, InboundEvent
 from core.members.documents import upload_name
 from core.memory.store import AgentStore
 from core.memory.turn import CallUsage, Mind, TurnResult
-from core.models import Agent, Event, Meta, User
-from core.runtime.budgets import record_usage
+from core.models import Agent, Event, Meta, Tenant, User
+from core.runtime.budgets import over_budget, record_usage
 from core.scope import Scope, enter_scope
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ UNSEEN_NOTE = (
     "[The person shared a picture, {name!r}, but you cannot see pictures here; they were "
     "told so. Answer their words.]"
 )
+NOT_LOOKED = "[The person shared a picture, {name!r}; today's budget left no room to look at it.]"
 NO_PICTURES = (
     "I can't see pictures here, sorry: the model I run on reads only text. If you tell me "
     "in words what {name} shows, I'll happily remember it."
@@ -155,6 +158,8 @@ class Pictures:
             return Seen(known)
         if not await self.sees():
             return await self._unseen(scope, name)
+        if await self._over_budget(scope):
+            return Seen(NOT_LOOKED.format(name=name))
         try:
             description, usage = await self._describe(name, kind, data)
         except ImagesRefused as refused:
@@ -188,6 +193,15 @@ class Pictures:
             completion.completion_tokens or 0,
         )
         return text or "(nothing it could make out)", usage
+
+    async def _over_budget(self, scope: Scope) -> bool:
+        """Today's budget of the member or their community is spent (their limits too)."""
+        async with self.sessions() as session:
+            settings = await session.scalar(
+                select(Tenant.settings).where(Tenant.id == scope.tenant_id)
+            )
+            config = within_ceilings(self.mind.config, (settings or {}).get("limits"))
+            return await over_budget(session, scope, self.clock().date(), config) is not None
 
     async def _recorded(self, scope: Scope, dedup_key: str) -> str | None:
         """The note of a picture already seen (a redelivered message), if any."""
