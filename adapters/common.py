@@ -14,6 +14,7 @@ from typing import Any
 from core.companion import INSTRUCTIONS_LIMIT, Reach
 from core.errors import BadSetting
 from core.members.access import Access
+from core.members.community import Community, checked_welcome_text
 from core.members.service import Members, MemoryView
 from core.runtime.engine import Engine
 
@@ -25,6 +26,7 @@ class Services:
     admin_ids: frozenset[str] = field(default_factory=frozenset)
     welcome_default: bool = True
     access: Access | None = None  # sign-in links to the memory inspector
+    community: Community | None = None  # the community's own limits
 
     async def web_link(self, tenant: str, user: str, admin: bool = False) -> str:
         """What to answer `/memory web` (or the admin variant) with: a private link."""
@@ -175,6 +177,55 @@ async def block_member(
             "told once). Their memory is kept."
         )
     return f"{name} {'is unblocked' if changed else 'was not blocked'}: I answer them again."
+
+
+LIMIT_NAMES = {  # as admins type them in a slash command
+    "messages": "rate_limit",
+    "member_tokens": "member_daily_tokens",
+    "community_tokens": "tenant_daily_tokens",
+    "member_dollars": "member_daily_usd",
+    "community_dollars": "tenant_daily_usd",
+}
+NO_LIMITS = "Limits are set by the operator here; ask them."
+
+
+async def limits_text(community: Community | None, tenant: str) -> str:
+    if community is None:
+        return NO_LIMITS
+    lines = []
+    for limit in await community.limits(tenant):
+        mine = "none of yours" if limit.value is None else f"{limit.value:g}"
+        ceiling = "none" if limit.ceiling is None else f"{limit.ceiling:g}"
+        lines.append(f"{limit.what}: {mine} (the operator's ceiling: {ceiling})")
+    return "\n".join(lines)
+
+
+async def set_limits(
+    community: Community | None, tenant: str, actor: str, changes: dict[str, str]
+) -> str:
+    """An admin's change to the community's limits (by LIMIT_NAMES; `-` for none)."""
+    if community is None:
+        return NO_LIMITS
+    current = await community.limits(tenant)
+    form = {limit.key: "" if limit.value is None else f"{limit.value:g}" for limit in current}
+    for name, value in changes.items():
+        form[LIMIT_NAMES[name]] = "" if value.strip() == CLEAR else value
+    try:
+        await community.change_limits(tenant, actor, form)
+    except BadSetting as refused:
+        return f"Not saved: {refused}. Nothing was changed."
+    return "Saved.\n" + await limits_text(community, tenant)
+
+
+async def set_welcome_text(members: Members, tenant: str, actor: str, text: str) -> str:
+    try:
+        wanted = "" if text.strip() == CLEAR else checked_welcome_text(text)
+    except BadSetting as refused:
+        return f"Not saved: {refused}."
+    await members.tenant_settings(tenant, actor=actor, welcome_text=wanted)
+    if not wanted:
+        return "Saved: welcomes say what the companion chooses."
+    return "Saved: every welcome will say this, in the companion's own words."
 
 
 def memory_text(view: MemoryView | None) -> str:

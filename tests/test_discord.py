@@ -20,8 +20,10 @@ from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, S
 from adapters.discord.commands import LAPSED, Confirm
 from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
+from core.members.community import Community
 from core.members.documents import MAX_UPLOAD_BYTES
 from core.models import Event, Passage
+from core.runtime.budgets import BUDGET_REPLY, RATE_REPLY
 from tests.fake_discord import (
     EPHEMERAL,
     MANAGE_GUILD,
@@ -83,7 +85,10 @@ def resolved_member(user_id: int) -> dict[str, Any]:
 @pytest.fixture
 async def bot(engine, members, sessions, clock):
     access = Access(sessions, clock, "https://companion.example")
-    services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}), access=access)
+    community = Community(sessions, engine.mind.config, clock)
+    services = Services(
+        engine, members, admin_ids=frozenset({str(OPERATOR)}), access=access, community=community
+    )
     roles = [
         role(BOT_ROLE, "Companion", bot_id=BOT_ID),
         role(MOD_ROLE, "Moderators", permissions=MANAGE_GUILD),
@@ -738,3 +743,46 @@ async def test_a_text_only_model_gets_one_kind_notice_and_the_words_go_on(bot, f
     assert len([r for r in fake.requests if not r.get("tools")]) == 1
     # Not a setup error: /readyz still says the model is fine.
     assert bot.client.services.engine.mind.health.state()[0] == "ok"
+
+
+async def test_admins_lower_the_servers_limits_and_say_what_welcomes_say(bot, fake):
+    said = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("welcome_text", text=(STRING, "Start in #introductions.")),
+        permissions=MANAGE_GUILD,
+    )
+    assert "every welcome will say this" in bot.answers(said)[0]
+    newcomer = 1_100_000_000_000_000_060
+    bot.state.parse_guild_member_add(member_add(GUILD, member(newcomer, "Nia")))
+    await settle()
+    assert "Start in #introductions." in json.dumps(fake.requests[-1])
+    asked = await bot.slash(
+        MOD, "admin", subcommand("limits", messages=(STRING, "45")), permissions=MANAGE_GUILD
+    )
+    assert "can be at most 30, the operator's ceiling" in bot.answers(asked)[0]
+    asked = await bot.slash(
+        MOD, "admin", subcommand("limits", messages=(STRING, "2")), permissions=MANAGE_GUILD
+    )
+    assert (
+        "messages one member may send per hour: 2 (the operator's ceiling: 30)"
+        in (bot.answers(asked)[0])
+    )
+    for n in range(3):
+        await bot.mention(ANN, f"note {n}")
+    assert bot.api.texts(GENERAL) == [
+        "You said: note 0",
+        "You said: note 1",
+        RATE_REPLY.format(limit=2, window="hour"),
+    ]
+    await bot.slash(
+        MOD,
+        "admin",
+        subcommand("limits", community_tokens=(STRING, "10")),
+        permissions=MANAGE_GUILD,
+    )
+    await bot.mention(BOB, "hello")
+    assert bot.api.texts(GENERAL)[-1] == BUDGET_REPLY.format(whose=" for this community")
+
+    log = [e.action for e in await bot.members.audit_log(TENANT)]
+    assert log[:3] == ["limits", "limits", "settings"]

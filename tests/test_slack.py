@@ -10,7 +10,9 @@ from sqlalchemy import select
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
 from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
+from core.members.community import Community
 from core.models import Passage
+from core.runtime.budgets import BUDGET_REPLY
 from tests.fake_openai import last_user_text, png, say
 from tests.fake_slack import BOT_USER, TEAM
 from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
@@ -19,7 +21,8 @@ from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
 @pytest.fixture
 async def slack(engine, members, sessions, clock):
     access = Access(sessions, clock, "https://companion.example")
-    services = Services(engine, members, frozenset({"UOPS"}), access=access)
+    community = Community(sessions, engine.mind.config, clock)
+    services = Services(engine, members, frozenset({"UOPS"}), access=access, community=community)
     async with slack_rig(services, users=("U1", "U2"), admins=("UADMIN",)) as rig:
         yield rig
 
@@ -390,3 +393,19 @@ async def test_a_shared_photo_is_described_or_kindly_refused(slack, fake, sessio
     texts = [r["text"] for r in slack.posted()[-2:]]
     assert texts[0].startswith("I can't see pictures here, sorry")
     assert texts[1].startswith("You said: the sea")
+
+
+async def test_admins_lower_the_workspaces_budget(slack, fake):
+    refused = await slack.command("admin limit community-tokens 100", user="U1")
+    assert refused[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin limit community-tokens 10", user="UADMIN")
+    assert "model tokens the community may use per UTC day: 10" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="first"))  # the budget is checked before a turn
+    await slack.dispatch(slack_message(user="U2", text="hello"))
+    assert slack.posted()[-1]["text"] == BUDGET_REPLY.format(whose=" for this community")
+    cleared = await slack.command("admin limit community-tokens -", user="UADMIN")
+    assert "per UTC day: none of yours" in cleared[-1]["text"]
+    shown = await slack.command("admin limits", user="UADMIN")
+    assert "messages one member may send per hour" in shown[-1]["text"]
+    said = await slack.command("admin welcome-text Say hi in #general", user="UADMIN")
+    assert "every welcome will say this" in said[-1]["text"]

@@ -4,6 +4,8 @@
     /admin welcome <enabled>, /admin web
     /admin companion [name] [instructions] [persona]
     /admin channel <channel> <mode>, /admin dms <enabled>, /admin block | unblock <member>
+    /admin limits [messages] [member_tokens] [community_tokens] [member_dollars] [...]
+    /admin welcome_text <text>
 
 Admin = Manage Server as Discord computed it for this very interaction, or a configured admin
 id: `interaction_check` checks it on every invocation (see `commands.is_admin`).
@@ -22,8 +24,11 @@ from adapters.common import (
     block_member,
     change_companion,
     companion_text,
+    limits_text,
     place_channel,
     reach_text,
+    set_limits,
+    set_welcome_text,
 )
 from adapters.discord.commands import CommandState, Confirm, Someone, is_admin, say, send_export
 
@@ -158,6 +163,47 @@ class AdminCommands(
             on,
         )
         await say(interaction, said)
+
+    @app_commands.command(description="This server's own limits (none given: shows them)")
+    @app_commands.describe(
+        messages="Messages one member may send per the operator's window (- for none)",
+        member_tokens="Model tokens one member may use per UTC day (- for none)",
+        community_tokens="Model tokens the server may use per UTC day (- for none)",
+        member_dollars="Dollars one member may spend per UTC day (- for none)",
+        community_dollars="Dollars the server may spend per UTC day (- for none)",
+    )
+    async def limits(
+        self,
+        interaction: discord.Interaction,
+        messages: str | None = None,
+        member_tokens: str | None = None,
+        community_tokens: str | None = None,
+        member_dollars: str | None = None,
+        community_dollars: str | None = None,
+    ) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        given = {
+            "messages": messages,
+            "member_tokens": member_tokens,
+            "community_tokens": community_tokens,
+            "member_dollars": member_dollars,
+            "community_dollars": community_dollars,
+        }
+        changes = {name: value for name, value in given.items() if value is not None}
+        if not changes:
+            await say(interaction, await limits_text(services.community, tenant))
+            return
+        actor = str(interaction.user.id)
+        await say(interaction, await set_limits(services.community, tenant, actor, changes))
+
+    @app_commands.command(description="What every welcome should say (- for nothing)")
+    @app_commands.describe(text="e.g. the channels to start in; the companion says it its way")
+    async def welcome_text(
+        self, interaction: discord.Interaction, text: app_commands.Range[str, 1, 1000]
+    ) -> None:
+        services, tenant = self.state.services, await self.state.tenant(interaction)
+        actor = str(interaction.user.id)
+        await say(interaction, await set_welcome_text(services.members, tenant, actor, text))
 
     @app_commands.command(description="A private link to members, memory, usage and settings")
     async def web(self, interaction: discord.Interaction) -> None:

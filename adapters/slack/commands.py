@@ -6,6 +6,7 @@
     /companion admin companion | admin name|instructions|persona <text> (- for the default)
     /companion admin channel #channel answer|never|open|default | admin dms on|off
     /companion admin block | unblock @member
+    /companion admin limits | admin limit <what> <N> (- for none) | admin welcome-text <text>
 
 Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
 button only the person who asked can press. Admin means workspace admin or owner (asked
@@ -25,15 +26,19 @@ from adapters.common import (
     FORGET_ASK,
     FORGET_DONE,
     HELP,
+    LIMIT_NAMES,
     NOT_ADMIN,
     Services,
     block_member,
     change_companion,
     companion_text,
     export_bytes,
+    limits_text,
     memory_text,
     place_channel,
     reach_text,
+    set_limits,
+    set_welcome_text,
 )
 from adapters.slack.events import tenant_key
 from adapters.slack.later import after_ack
@@ -85,7 +90,9 @@ async def send_file(client: AsyncWebClient, user: str, name: str, data: bytes, n
 ADMIN_USAGE = (
     "Usage: /companion admin export @member | reset @member | welcome on|off | web | "
     "companion | name <name> | instructions <text> | persona <text> (- for the default) | "
-    "channel #channel answer|never|open|default | dms on|off | block @member | unblock @member"
+    "channel #channel answer|never|open|default | dms on|off | block @member | unblock @member | "
+    "limits | limit messages|member-tokens|community-tokens|member-dollars|community-dollars N | "
+    "welcome-text <text>"
 )
 
 
@@ -125,6 +132,17 @@ async def _admin(
             services.members, tenant, actor, who, f"<@{who}>", action == "block"
         )
         await respond(said)
+        return
+    if action == "limits":
+        await respond(await limits_text(services.community, tenant))
+        return
+    if action == "limit" and len(words) == 3 and words[1].replace("-", "_") in LIMIT_NAMES:
+        change = {words[1].replace("-", "_"): words[2]}
+        await respond(await set_limits(services.community, tenant, actor, change))
+        return
+    if action == "welcome-text" and len(words) > 1:
+        value = text.split(None, 1)[1]
+        await respond(await set_welcome_text(services.members, tenant, actor, value))
         return
     if action in ("name", "instructions", "persona") and len(words) > 1:
         value = text.split(None, 1)[1]

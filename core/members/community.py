@@ -113,11 +113,11 @@ def parse_tenant_settings(form: Mapping[str, str]) -> dict[str, Any]:
             _number(form, "max_unanswered", "unanswered openers in a row", 1, 10)
         ),
         "upkeep": _flag(form, "upkeep"),
-        "welcome_text": _welcome_text(form.get("welcome_text", "")),
+        "welcome_text": checked_welcome_text(form.get("welcome_text", "")),
     }
 
 
-def _welcome_text(text: str) -> str:
+def checked_welcome_text(text: str) -> str:
     tidy = text.replace("\r\n", "\n").strip()
     if len(tidy) > WELCOME_TEXT_LIMIT:
         raise BadSetting(
