@@ -40,6 +40,7 @@ class MemberRow:
     last_active: datetime | None
     tokens_today: int
     tokens_month: int
+    blocked: bool = False  # by the community's admins
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ class Community:
                 Agent.last_active_at,
                 tokens_since(today),
                 tokens_since(today.replace(day=1)),
+                func.coalesce(User.settings["blocked"].as_boolean(), False),
             )
             .join(Agent, Agent.user_id == User.id)
             .join(Tenant, Tenant.id == User.tenant_id)
