@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.companion import INSTRUCTIONS_LIMIT, Reach
+from core.companion import INSTRUCTIONS_LIMIT, CompanionProfile, Reach
 from core.errors import BadSetting
 from core.members.access import Access
 from core.members.community import Community, checked_welcome_text
@@ -93,8 +93,9 @@ CLEAR = "-"  # as the whole text of a setting: back to the default
 
 async def change_companion(
     members: Members, tenant: str, actor: str, changes: dict[str, str]
-) -> str:
-    """An admin's change to the community's companion, from a slash command: one line."""
+) -> tuple[CompanionProfile | None, str]:
+    """An admin's change to the community's companion, from a slash command: the profile
+    saved (None: refused) and what to answer."""
     wanted = {k: "" if v.strip() == CLEAR else v for k, v in changes.items()}
     try:
         profile, _ = await members.profiles.change(
@@ -105,7 +106,7 @@ async def change_companion(
             instructions=wanted.get("instructions"),
         )
     except BadSetting as refused:
-        return f"Not saved: {refused}. Nothing was changed."
+        return None, f"Not saved: {refused}. Nothing was changed."
     said = []
     for part, value in profile.stored.items():
         if part not in wanted:
@@ -115,7 +116,7 @@ async def change_companion(
             continue
         limit = INSTRUCTIONS_LIMIT
         said.append(COMPANION_SAVED[part].format(value=value, length=len(value), limit=limit))
-    return "\n".join(said)
+    return profile, "\n".join(said)
 
 
 async def companion_text(members: Members, tenant: str) -> str:

@@ -556,6 +556,8 @@ async def test_admins_name_their_companion_and_give_it_instructions(bot, fake):
         "Saved: every member's companion follows these instructions from its next answer "
         "(53 of 4000 characters)."
     ]
+    (renamed,) = bot.api.find("PATCH", rf"/guilds/{GUILD}/members/@me")
+    assert renamed.body == {"nick": "Captain"}  # its name in the member list follows
     await bot.say(ANN, "hello", DM, dm=True)
     system = fake.chat_requests[-1]["messages"][0]["content"]
     assert "Your name in this community is Captain." in system
@@ -567,8 +569,14 @@ async def test_admins_name_their_companion_and_give_it_instructions(bot, fake):
     assert "over its limit of 40" in bot.answers(too_long)[0]
     shown = await bot.slash(MOD, "admin", subcommand("companion"), permissions=MANAGE_GUILD)
     assert "**Name:** Captain" in bot.answers(shown)[0]
+    bot.api.nick_refused = True
+    said = await bot.slash(
+        MOD, "admin", subcommand("companion", name=(STRING, "Cap")), permissions=MANAGE_GUILD
+    )
+    assert "Saved: your community's companion is now called Cap." in bot.answers(said)[0]
+    assert "Change Nickname permission" in bot.answers(said)[0]
     log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
-    assert log == [(str(MOD), "companion")]
+    assert log == [(str(MOD), "companion")] * 2
 
 
 def a_channel(channel_id: int, name: str) -> dict[str, Any]:

@@ -33,6 +33,21 @@ from adapters.common import (
 from adapters.discord.commands import CommandState, Confirm, Someone, is_admin, say, send_export
 
 log = logging.getLogger(__name__)
+NICK_LIMIT = 32  # Discord's
+NO_NICKNAME = (
+    "\n(I could not change my nickname in this server to match: give me the Change "
+    "Nickname permission, or change it in the server's member list.)"
+)
+
+
+async def _nickname(guild: discord.Guild, name: str) -> str:
+    """The bot's nickname in this server follows the companion's name ("" if it did)."""
+    try:
+        await guild.me.edit(nick=name[:NICK_LIMIT] or None)
+    except discord.HTTPException as error:
+        log.warning("nickname in guild %s not changed: %s", guild.id, error)
+        return NO_NICKNAME
+    return ""
 
 
 @app_commands.guild_only()
@@ -114,7 +129,10 @@ class AdminCommands(
             await say(interaction, await companion_text(services.members, tenant))
             return
         actor = str(interaction.user.id)
-        await say(interaction, await change_companion(services.members, tenant, actor, changes))
+        profile, said = await change_companion(services.members, tenant, actor, changes)
+        if profile is not None and name is not None and interaction.guild is not None:
+            said += await _nickname(interaction.guild, profile.name)
+        await say(interaction, said)
 
     @app_commands.command(description="Where I answer: set one channel's place")
     @app_commands.describe(

@@ -146,7 +146,8 @@ async def _admin(
         return
     if action in ("name", "instructions", "persona") and len(words) > 1:
         value = text.split(None, 1)[1]
-        await respond(await change_companion(services.members, tenant, actor, {action: value}))
+        _, said = await change_companion(services.members, tenant, actor, {action: value})
+        await respond(said)
         return
     if action == "web":
         await respond(await services.web_link(tenant, actor, admin=True), unfurl_links=False)
