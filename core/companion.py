@@ -3,6 +3,10 @@
     CompanionProfile             what a tenant's admins set (empty strings: the defaults)
     profile_of(settings)         a tenant's profile from `Tenant.settings["companion"]`
     checked(name, persona, instructions, persona_limit)   within the limits, or `BadSetting`
+    Reach, Where, reach_of       where it answers (`Tenant.settings["reach"]`): channels it
+                                 answers in, never answers in, the one where every message
+                                 is for it, DMs; `Reach.answers(where)` is the rule
+    channel_ids(text)            channel ids as an admin types them
 
 The profile is the tenant's, never a member's: only admins write it (core.members), the
 model's functions cannot reach it, and every member's agent reads the same text, in the
