@@ -794,3 +794,19 @@ async def test_admins_lower_the_servers_limits_and_say_what_welcomes_say(bot, fa
 
     log = [e.action for e in await bot.members.audit_log(TENANT)]
     assert log[:3] == ["limits", "limits", "settings"]
+
+
+async def test_a_picture_that_is_not_one_or_too_big_is_refused_and_the_words_go_on(bot, fake):
+    bot.api.files["cat.png"] = b"MZ\x90\x00" + bytes(60)  # a program named like a picture
+    shared = [
+        attachment(bot.api.file_url("cat.png"), "cat.png", 64),
+        attachment(bot.api.file_url("huge.jpg"), "huge.jpg", 6_000_000),
+    ]
+    await bot.mention(ANN, "two pictures", attachments=shared)
+    assert bot.api.texts(GENERAL) == [
+        "cat.png is not a PNG, JPEG, WebP or GIF picture I can open",
+        "huge.jpg is 6.0 MB; the most I take is 5 MB",
+        "You said: two pictures",
+    ]
+    assert [c.path for c in bot.api.find("GET", r"/attachments/.*")] == ["/attachments/cat.png"]
+    assert [r for r in fake.requests if not r.get("tools")] == []  # no picture was shown
