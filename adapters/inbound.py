@@ -1,9 +1,12 @@
 """One member's message, from any platform into the engine: stored first, the rest after.
 
+    admitted(...)       whether the companion answers it at all (where it was written,
+                        who wrote it): the admins' rules, before anything is stored
     message_event(...)  the member's words as an engine event; with files, it names them
     take(...)           store it (held while files come) before the platform hears
                         "received" and before any lookup, reaction or model call
-    follow_up(...)      afterwards: each file, then the words, then the answer
+    follow_up(...)      afterwards: each file (a picture is looked at by the model, and
+                        what it saw goes with the words), then the words, then the answer
 
 A file that fails, whatever the reason (refused, a download that breaks, the platform
 rate-limiting the reply about it), costs only that file: the member is told which one and
@@ -18,11 +21,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.common import Services
+from core.companion import Where
 from core.errors import Refused
 from core.events import EventKind, InboundEvent
 from core.members.documents import check_upload
 from core.ports import Send
 from core.runtime.engine import Engine
+from core.runtime.pictures import check_picture, is_picture
 from core.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -46,6 +52,15 @@ def message_event(
     if files:
         meta = {**meta, "files": [f.name for f in files]}
     return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key, meta)
+
+
+async def admitted(services: Services, tenant: str, user: str, where: Where, tell: Send) -> bool:
+    """Whether the companion answers this message (its admins' rules: where it speaks, who
+    is blocked); when not, the member is told what they need to know, if anything."""
+    verdict = await services.members.admission.admit(tenant, user, where)
+    if verdict.notice:
+        await never_failing(tell)(verdict.notice)
+    return verdict.answer
 
 
 async def take(engine: Engine, scope: Scope, event: InboundEvent, has_files: bool) -> int:
@@ -85,12 +100,39 @@ async def take_file(engine: Engine, scope: Scope, file: SharedFile, send: Send) 
         log.warning("the reply to file %s is not out yet", file.dedup_key, exc_info=True)
 
 
+async def take_picture(
+    engine: Engine, scope: Scope, event_id: int, file: SharedFile, send: Send
+) -> str | None:
+    """One picture looked at; what the agent reads of it beside the words (None: it was
+    refused, and the member told why). Any failure is told, not raised."""
+    tell = never_failing(send)
+    try:
+        check_picture(file.name, file.size)
+        data = await file.read()
+        seen = await engine.pictures.see(scope, file.name, data, file.dedup_key, event_id)
+    except Refused as error:
+        await tell(str(error))
+        return None
+    except Exception:
+        log.warning("picture %s was not looked at", file.dedup_key, exc_info=True)
+        await tell(FILE_FAILED.format(name=file.name))
+        return None
+    if seen.notice:
+        await tell(seen.notice)
+    return seen.note
+
+
 async def follow_up(
     engine: Engine, scope: Scope, event_id: int, files: list[SharedFile], send: Send
 ) -> None:
-    """The files first (the agent reads them before the words beside them), then the words."""
+    """The files first (the agent reads them before the words beside them; what it saw in
+    pictures goes with the words), then the words."""
+    notes = []
     for file in files:
-        await take_file(engine, scope, file, send)
+        if is_picture(file.name):
+            notes.append(await take_picture(engine, scope, event_id, file, send))
+        else:
+            await take_file(engine, scope, file, send)
     if files:
-        await engine.release(scope, event_id)
+        await engine.release(scope, event_id, "\n\n".join(n for n in notes if n) or None)
     await engine.answer(scope, event_id, send)

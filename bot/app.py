@@ -34,6 +34,7 @@ from core.memory.turn import Mind
 from core.memory.window import check_window
 from core.ports import ChatModel, Embedder
 from core.runtime.engine import Engine, utcnow
+from core.runtime.pictures import Vision
 from core.wire.health import WireHealth
 
 
@@ -107,8 +108,8 @@ async def open_app(
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics, health=wire)
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
-        engine = Engine(sessions, mind, clock or utcnow, worker)
-
+        vision = Vision(settings.vision, settings.model or "unset")
+        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(

@@ -131,7 +131,12 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         with suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     services = Services(
-        app.engine, app.members, settings.admin_ids, settings.welcome, access=app.access
+        app.engine,
+        app.members,
+        settings.admin_ids,
+        settings.welcome,
+        access=app.access,
+        community=app.community,
     )
     router = Router()
     rights = PlatformRights()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from core.config import FALLBACK_WINDOW, EngineConfig, window_for
+from core.config import DEFAULT_WINDOW, FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
 from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
@@ -72,6 +72,13 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     if raw in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name} must be on or off, got {raw!r}")
+
+
+def _vision(raw: str) -> str:
+    value = raw.strip().lower() or "auto"
+    if value not in ("auto", "on", "off"):
+        raise ConfigError(f"COMPANION_VISION must be auto, on or off, got {raw!r}")
+    return value
 
 
 def _rate(raw: str) -> tuple[int, int] | None:
@@ -209,6 +216,7 @@ class Settings:
     link_minutes: int = 15  # how long a sign-in link works
     admin_ids: frozenset[str] = frozenset()
     welcome: bool = True
+    vision: str = "auto"  # pictures shown to the model: on, off, auto (until it refuses one)
     rate_limit: tuple[int, int] | None = (30, 3600)  # messages, per seconds
     tenant_daily_tokens: int | None = None
     member_daily_tokens: int | None = None
@@ -261,6 +269,7 @@ class Settings:
                 if part.strip()
             ),
             welcome=_flag(env, "COMPANION_WELCOME", True),
+            vision=_vision(env.get("COMPANION_VISION", "auto")),
             rate_limit=_rate(env.get("COMPANION_RATE_LIMIT", "30/hour")),
             tenant_daily_tokens=_int(env, "COMPANION_TENANT_DAILY_TOKENS", None),
             member_daily_tokens=_int(env, "COMPANION_MEMBER_DAILY_TOKENS", None),
@@ -349,7 +358,8 @@ class Settings:
     def window(self) -> int:
         if self.context_window:
             return self.context_window
-        return (window_for(self.model) if self.model else None) or FALLBACK_WINDOW
+        known = (window_for(self.model) if self.model else None) or FALLBACK_WINDOW
+        return min(known, DEFAULT_WINDOW)
 
     def engine_config(self) -> EngineConfig:
         window = self.window

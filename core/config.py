@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from core.prices import Price
 from core.schedule.policy import ScheduleConfig
@@ -35,6 +36,11 @@ KNOWN_WINDOWS = {
     "mistral": 32_768,
 }
 FALLBACK_WINDOW = 8_192
+# The most of a model's window Companion uses unless COMPANION_CONTEXT_WINDOW says more: a
+# prompt grows to the window before its first flush, so a 128k window would make every turn
+# of a long conversation cost ~100k tokens. 16k holds the instructions, working context, a
+# summary and dozens of messages.
+DEFAULT_WINDOW = 16_384
 
 
 def window_for(model: str) -> int | None:
@@ -100,3 +106,26 @@ class EngineConfig:
     @property
     def max_summary_tokens(self) -> int:
         return max(64, int(self.context_window * self.summary_share))
+
+
+# Budgets a community's admins may set for themselves, under the operator's (EngineConfig).
+LIMIT_KEYS = (
+    "rate_limit",
+    "member_daily_tokens",
+    "tenant_daily_tokens",
+    "member_daily_usd",
+    "tenant_daily_usd",
+)
+
+
+def within_ceilings(config: EngineConfig, limits: dict[str, Any] | None) -> EngineConfig:
+    """The engine's budgets for one community: its admins' own, where they set one, but
+    never above the operator's (None: no limit)."""
+    if not limits:
+        return config
+    changes: dict[str, Any] = {}
+    for key in LIMIT_KEYS:
+        theirs, ceiling = limits.get(key), getattr(config, key)
+        if theirs is not None:
+            changes[key] = theirs if ceiling is None else min(theirs, ceiling)
+    return replace(config, **changes)

@@ -1,7 +1,8 @@
 """Who is who: tenants, users and their one agent each.
 
 `ensure_agent` creates what is missing (safe when several processes race) and gives back the
-`Scope` every other query runs in. A fresh agent gets the `persona` and `human` blocks.
+`Scope` every other query runs in. A fresh agent gets the `persona` block (its community's,
+if its admins set one, else the default) and the `human` block.
 
 Every erase goes through here, and ends the member's inspector sessions in the caller's
 transaction, whichever front end asked (the inspector, Slack, Discord, the CLI): a browser
@@ -19,6 +20,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.companion import profile_of
 from core.config import EngineConfig
 from core.models import Agent, Block, Tenant, User, WebSession
 from core.scope import Scope
@@ -52,6 +54,8 @@ async def ensure_agent(
     )
     agent_id = await session.scalar(select(Agent.id).where(Agent.user_id == user_id))
     if agent_id is None:
+        settings = await session.scalar(select(Tenant.settings).where(Tenant.id == tenant_id))
+        persona = profile_of(settings).persona or config.default_persona
         agent_id = await _upsert_id(
             session, Agent, {"tenant_id": tenant_id, "user_id": user_id}, ["user_id"]
         )
@@ -67,7 +71,7 @@ async def ensure_agent(
                         "char_limit": limit,
                     }
                     for label, value, limit in (
-                        ("persona", config.default_persona, config.persona_limit),
+                        ("persona", persona, config.persona_limit),
                         ("human", config.default_human, config.human_limit),
                     )
                 ]

@@ -8,6 +8,7 @@
     │   ├── PromptTooLong      it refused the prompt as longer than its context window
     │   ├── ModelTimeout       no answer within the timeout
     │   ├── ModelUnavailable   down, overloaded or rate-limiting, after retries: it may pass
+    │   ├── ImagesRefused      it takes no pictures (a text-only model)
     │   └── ModelSetupError    it refuses our requests as it is set up: `fix` says what to do
     ├── EmbeddingError         the embedding endpoint failed
     │   └── WrongDimension     it answered with vectors of another size than the database's
@@ -62,6 +63,10 @@ class ModelTimeout(ModelError):
 
 class ModelUnavailable(ModelError):
     """The endpoint is down, overloaded or rate-limiting us, after retries: it may pass."""
+
+
+class ImagesRefused(ModelError):
+    """The model endpoint does not take pictures (image parts): a text-only model."""
 
 
 class ModelSetupError(ModelError):

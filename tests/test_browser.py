@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from core.events import EventKind, InboundEvent
 from tests.conftest import ROOT
 from tests.inspector_site import TENANT, seed, serve_inspector
 
@@ -425,3 +426,103 @@ async def test_pages_read_well_on_a_phone_and_by_keyboard(site, browser):
     focused = await page.evaluate("document.activeElement.id")
     assert focused == "value-1"  # past the header, straight to the first block's text
     await phone.close()
+
+
+@within_stall
+async def test_an_admin_gives_the_companion_a_name_instructions_and_persona(
+    site, context, engine, fake
+):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Your companion").click()
+    assert "2 members who already have a companion" in await page.inner_text("legend")
+    await page.get_by_label("Community instructions").fill("x" * 4001)
+    await page.get_by_role("button", name="Save the companion").click()
+    assert "4001 characters, over its limit of 4000" in await page.get_by_role("alert").inner_text()
+    assert await page.get_by_label("Community instructions").input_value() == "x" * 4001
+
+    await page.get_by_label("Name").fill("Skipper")
+    await page.get_by_label("Community instructions").fill("We are a sailing club. Be brief.")
+    await page.get_by_label("Persona of new members' companions").fill("I am Skipper, at sea.")
+    await page.get_by_label("Replace their persona with this one").check()
+    await page.get_by_role("button", name="Save the companion").click()
+    notice = await page.get_by_role("status").inner_text()
+    assert "Saved" in notice and "The persona of 2 members was replaced" in notice
+    await shoot(page, "admin-companion")
+
+    ann = await engine.agent(TENANT, "ann")
+    await engine.converse(ann, InboundEvent(EventKind.USER_MESSAGE, "ahoy"))
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Skipper." in system
+    assert "We are a sailing club. Be brief." in system
+    assert "I am Skipper, at sea." in system
+    await page.get_by_role("link", name="Audit log").click()
+    assert "\tcompanion\t" in (await page.locator("tbody tr").all_inner_texts())[0]
+
+
+@within_stall
+async def test_an_admin_limits_where_it_speaks_and_blocks_a_member(site, context):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Where & who").click()
+    await page.get_by_label("Channels it answers in").fill("111, 222 <#222>")
+    await page.get_by_label("Channels it never answers in").fill("222")
+    await page.get_by_role("button", name="Save where it speaks").click()
+    assert "cannot be both" in await page.get_by_role("alert").inner_text()
+    assert await page.get_by_label("Channels it answers in").input_value() == "111, 222 <#222>"
+
+    await page.get_by_label("Channels it never answers in").fill("333")
+    await page.get_by_label("Channel where every message is for it").fill("444")
+    await page.locator("fieldset", has_text="Direct messages").get_by_label("Off").check()
+    await page.get_by_role("button", name="Save where it speaks").click()
+    assert "Saved" in await page.get_by_role("status").inner_text()
+    reach = await site.members.admission.reach(TENANT)
+    assert (reach.channels, reach.never, reach.open_channel, reach.dms) == (
+        ("111", "222"),
+        ("333",),
+        "444",
+        False,
+    )
+    assert await page.get_by_label("Channels it answers in").input_value() == "111, 222"
+
+    await page.get_by_label("Block a member").fill("bob")
+    await page.get_by_role("button", name="Block", exact=True).click()
+    assert "told once" in await page.get_by_role("status").inner_text()
+    assert "bob" in await page.locator("section", has_text="Blocked members").inner_text()
+    await shoot(page, "admin-reach")
+    await page.get_by_role("link", name="Members").click()
+    assert "blocked" in await page.locator("tr", has_text="bob").inner_text()
+    assert "blocked" not in await page.locator("tr", has_text="ann").inner_text()
+    await page.get_by_role("link", name="Where & who").click()
+    await page.get_by_role("button", name="Unblock bob").click()
+    assert "Nobody is blocked." in await page.inner_text("main")
+    await page.get_by_role("link", name="Audit log").click()
+    rows = await page.locator("tbody tr").all_inner_texts()
+    assert [row.split("\t")[1:4] for row in rows[:2]] == [
+        ["mod", "unblock", "bob"],
+        ["mod", "block", "bob"],
+    ]
+
+
+@within_stall
+async def test_an_admin_lowers_the_communitys_limits_and_sets_the_welcome(site, context):
+    page = await sign_in(context, await site.admin_link("mod"))
+    await page.get_by_role("link", name="Settings").click()
+    rate = page.get_by_label("Messages one member may send per hour")
+    assert "ceiling: 30" in await page.locator("#ceiling-rate_limit").inner_text()
+    await rate.fill("50")
+    await page.get_by_role("button", name="Save limits").click()
+    assert "can be at most 30, the operator's ceiling" in (
+        await page.get_by_role("alert").inner_text()
+    )
+    assert await rate.input_value() == "50"  # what was typed stays
+    await rate.fill("10")
+    await page.get_by_label("Model tokens the community may use per UTC day").fill("20,000")
+    await page.get_by_role("button", name="Save limits").click()
+    assert "Limits saved" in await page.get_by_role("status").inner_text()
+    limits = {limit.key: limit.value for limit in await site.community.limits(TENANT)}
+    assert limits["rate_limit"] == 10 and limits["tenant_daily_tokens"] == 20_000
+    assert await rate.input_value() == "10"
+
+    await page.get_by_label("What every welcome should say").fill("Say hi in #introductions.")
+    await page.get_by_role("button", name="Save settings").click()
+    assert (await site.community.settings(TENANT)).welcome_text == "Say hi in #introductions."
+    await shoot(page, "admin-settings-limits")

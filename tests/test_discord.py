@@ -7,6 +7,7 @@ MESSAGE_CREATE, GUILD_MEMBER_ADD and INTERACTION_CREATE dicts, and everything it
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -18,8 +19,11 @@ from sqlalchemy import select
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
 from adapters.discord.commands import LAPSED, Confirm
 from core.members.access import Access
+from core.members.admission import BLOCKED_NOTICE, DMS_OFF
+from core.members.community import Community
 from core.members.documents import MAX_UPLOAD_BYTES
-from core.models import Passage
+from core.models import Event, Passage
+from core.runtime.budgets import BUDGET_REPLY, RATE_REPLY
 from tests.fake_discord import (
     EPHEMERAL,
     MANAGE_GUILD,
@@ -35,7 +39,16 @@ from tests.fake_discord import (
     thread,
     user,
 )
-from tests.fake_openai import is_summary_request, person_said, say, summary_of
+from tests.fake_openai import (
+    calls,
+    default_brain,
+    is_summary_request,
+    person_said,
+    png,
+    say,
+    summary_of,
+    tool_call,
+)
 from tests.rigs import discord_rig, settle
 from tests.test_slack import signed_in, still_signed_in
 
@@ -73,7 +86,10 @@ def resolved_member(user_id: int) -> dict[str, Any]:
 @pytest.fixture
 async def bot(engine, members, sessions, clock):
     access = Access(sessions, clock, "https://companion.example")
-    services = Services(engine, members, admin_ids=frozenset({str(OPERATOR)}), access=access)
+    community = Community(sessions, engine.mind.config, clock)
+    services = Services(
+        engine, members, admin_ids=frozenset({str(OPERATOR)}), access=access, community=community
+    )
     roles = [
         role(BOT_ROLE, "Companion", bot_id=BOT_ID),
         role(MOD_ROLE, "Moderators", permissions=MANAGE_GUILD),
@@ -536,3 +552,277 @@ async def test_the_inspector_asks_discord_whether_an_admin_still_is_one(bot):
     assert await check(TENANT, str(OPERATOR)) is True  # COMPANION_ADMIN_IDS
     assert await check(TENANT, str(ANN)) is False
     assert await check("discord:1", str(MOD)) is None  # a server this client does not see
+
+
+async def test_admins_name_their_companion_and_give_it_instructions(bot, fake):
+    refused = await bot.slash(BOB, "admin", subcommand("companion", name=(STRING, "Evil")))
+    assert bot.answers(refused) == [NOT_ADMIN]
+    said = await bot.slash(
+        MOD,
+        "admin",
+        subcommand(
+            "companion",
+            name=(STRING, "Captain"),
+            instructions=(STRING, "This server is about sailing. Never discuss politics."),
+        ),
+        permissions=MANAGE_GUILD,
+    )
+    assert bot.answers(said) == [
+        "Saved: your community's companion is now called Captain.\n"
+        "Saved: every member's companion follows these instructions from its next answer "
+        "(53 of 4000 characters)."
+    ]
+    (renamed,) = bot.api.find("PATCH", rf"/guilds/{GUILD}/members/@me")
+    assert renamed.body == {"nick": "Captain"}  # its name in the member list follows
+    await bot.say(ANN, "hello", DM, dm=True)
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Captain." in system
+    assert "Never discuss politics." in system
+
+    too_long = await bot.slash(
+        MOD, "admin", subcommand("companion", name=(STRING, "x" * 41)), permissions=MANAGE_GUILD
+    )
+    assert "over its limit of 40" in bot.answers(too_long)[0]
+    shown = await bot.slash(MOD, "admin", subcommand("companion"), permissions=MANAGE_GUILD)
+    assert "**Name:** Captain" in bot.answers(shown)[0]
+    bot.api.nick_refused = True
+    said = await bot.slash(
+        MOD, "admin", subcommand("companion", name=(STRING, "Cap")), permissions=MANAGE_GUILD
+    )
+    assert "Saved: your community's companion is now called Cap." in bot.answers(said)[0]
+    assert "Change Nickname permission" in bot.answers(said)[0]
+    log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
+    assert log == [(str(MOD), "companion")] * 2
+
+
+def a_channel(channel_id: int, name: str) -> dict[str, Any]:
+    """`resolved` data of a channel option, as Discord sends it."""
+    shown = {"id": str(channel_id), "name": name, "type": 0, "permissions": "0"}
+    return {"channels": {str(channel_id): shown}}
+
+
+async def place(bot, channel_id: int, name: str, mode: str) -> list[str]:
+    asked = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("channel", channel=(7, str(channel_id)), mode=(STRING, mode)),
+        permissions=MANAGE_GUILD,
+        resolved=a_channel(channel_id, name),
+    )
+    return bot.answers(asked)
+
+
+async def test_admins_choose_the_channels_it_answers_in_and_turn_dms_off(bot, fake, sessions):
+    elsewhere = 1_100_000_000_000_000_070
+    said = await place(bot, elsewhere, "bots", "answer")
+    assert said == [
+        "I now answer in #bots (when addressed there). Answers in: #bots. Direct messages: on."
+    ]
+    await bot.mention(ANN, "are you there?")  # #general is not one of its channels now
+    await bot.mention(BOB, "and in the thread?", channel=THREAD)
+    assert fake.requests == [] and not bot.api.sent(GENERAL) and not bot.api.sent(THREAD)
+    assert await bot.members.view(TENANT, str(ANN)) is None  # not stored either
+
+    await place(bot, GENERAL, "general", "answer")  # two channels now
+    await bot.mention(ANN, "now?")
+    assert bot.api.texts(GENERAL) == ["You said: now?"]
+    await bot.mention(BOB, "in the thread of general", channel=THREAD)
+    assert bot.api.texts(THREAD) == ["You said: in the thread of general"]
+
+    await bot.say(ANN, "no mention here")
+    assert len(bot.api.sent(GENERAL)) == 1
+    said = await place(bot, GENERAL, "general", "open")
+    assert "Every message in #general is now for me" in said[0]
+    await bot.say(ANN, "no mention needed")
+    assert bot.api.texts(GENERAL)[-1] == "You said: no mention needed"
+
+    await place(bot, GENERAL, "general", "never")
+    await bot.mention(ANN, "hello?")
+    assert bot.api.texts(GENERAL)[-1] == "You said: no mention needed"
+
+    off = await bot.slash(
+        MOD, "admin", subcommand("dms", enabled=(BOOLEAN, False)), permissions=MANAGE_GUILD
+    )
+    assert "Direct messages: off." in bot.answers(off)[0]
+    asked = len(fake.chat_requests)
+    await bot.say(ANN, "psst", DM, dm=True)
+    assert bot.api.texts(DM) == [DMS_OFF] and len(fake.chat_requests) == asked
+    log = [(e.actor, e.action) for e in await bot.members.audit_log(TENANT)]
+    assert log == [(str(MOD), "where")] * 5
+
+
+async def test_a_blocked_member_is_told_once_and_keeps_their_memory(bot, fake, clock):
+    await bot.say(ANN, "remember that I sail on Sundays", DM, dm=True)
+    before = (await bot.members.view(TENANT, str(ANN))).messages
+
+    async def planned() -> list[str]:
+        return [o.user for o in await bot.members.scheduled_openers(clock.now)]
+
+    assert str(ANN) in await planned()
+    refused = await bot.slash(
+        BOB, "admin", subcommand("block", member=(USER, str(ANN))), resolved=resolved_member(ANN)
+    )
+    assert bot.answers(refused) == [NOT_ADMIN]
+    blocked = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("block", member=(USER, str(ANN))),
+        permissions=MANAGE_GUILD,
+        resolved=resolved_member(ANN),
+    )
+    assert "Ann is now blocked" in bot.answers(blocked)[0]
+    asked = len(fake.chat_requests)
+    await bot.mention(ANN, "hello?")
+    await bot.mention(ANN, "hello??")
+    await bot.say(ANN, "anyone?", DM, dm=True)
+    assert bot.api.texts(GENERAL) == [BLOCKED_NOTICE]  # told once, in all
+    assert len(fake.chat_requests) == asked
+    view = await bot.members.view(TENANT, str(ANN))
+    assert "Sundays" in str(view.blocks) and view.messages == before  # kept, nothing added
+    assert [b.user for b in await bot.members.admission.blocked(TENANT)] == [str(ANN)]
+    assert str(ANN) not in await planned()  # openers stop
+
+    await bot.slash(
+        MOD,
+        "admin",
+        subcommand("unblock", member=(USER, str(ANN))),
+        permissions=MANAGE_GUILD,
+        resolved=resolved_member(ANN),
+    )
+    assert str(ANN) in await planned()
+    await bot.mention(ANN, "back again")
+    assert bot.api.texts(GENERAL)[-1] == "You said: back again"
+    log = [(e.action, e.target) for e in await bot.members.audit_log(TENANT)]
+    assert log[:2] == [("unblock", str(ANN)), ("block", str(ANN))]
+
+
+CAT = "A ginger cat asleep on a blue sofa, one paw over its nose."
+
+
+def recalls_pictures(body):
+    if not body.get("tools"):
+        return default_brain(body)
+    if body["messages"][-1]["role"] != "tool" and "photo of my cat" in person_said(body)[-1]:
+        return calls(tool_call("archival_memory_search", query="cat sofa"))
+    return default_brain(body)
+
+
+async def test_a_shared_photo_is_seen_remembered_and_recalled_later(bot, fake, sessions, clock):
+    photo = png()
+    fake.pictures[photo] = CAT
+    fake.brain = recalls_pictures
+    bot.api.files["miso.png"] = photo
+    shared = [attachment(bot.api.file_url("miso.png"), "miso.png", len(photo))]
+    await bot.mention(ANN, "look at Miso!", attachments=shared)
+    (looked,) = [r for r in fake.requests if not r.get("tools")]
+    part = looked["messages"][1]["content"][1]
+    assert part["type"] == "image_url" and part["image_url"]["detail"] == "low"
+    assert part["image_url"]["url"].startswith("data:image/png;base64,")
+    turn = fake.chat_requests[-1]
+    said = turn["messages"][-1]["content"]  # the words, then what it saw, in one message
+    assert said.index("look at Miso!") < said.index(f"it shows: {CAT}")
+    assert bot.api.texts(GENERAL)[-1].startswith("You said: look at Miso!")
+
+    scope = await bot.client.services.engine.agent(TENANT, str(ANN))
+    async with sessions() as session:
+        (kept,) = await session.scalars(select(Passage).where(Passage.agent_id == scope.agent_id))
+        assert kept.source == "picture miso.png" and CAT in kept.text
+        stored = json.dumps(
+            [list(row) for row in (await session.execute(select(Event.payload))).all()]
+        )
+    assert base64.b64encode(photo).decode()[:40] not in stored  # the bytes are not kept
+
+    await bot.mention(ANN, "again", attachments=shared)  # the same file, redelivered
+    assert len([r for r in fake.requests if not r.get("tools")]) == 1
+    clock.advance(days=120)
+    await bot.mention(ANN, "do you remember the photo of my cat?")
+    assert "ginger cat asleep on a blue sofa" in bot.api.texts(GENERAL)[-1]
+    doc = await bot.members.export(TENANT, str(ANN))
+    assert any(CAT in p["text"] for p in doc["passages"])  # export covers it
+    await bot.members.forget(TENANT, str(ANN))
+    async with sessions() as session:
+        assert not list(
+            await session.scalars(select(Passage).where(Passage.text.contains("ginger")))
+        )
+
+
+async def test_a_text_only_model_gets_one_kind_notice_and_the_words_go_on(bot, fake):
+    fake.vision = False
+    for n in (1, 2):
+        bot.api.files[f"p{n}.png"] = png(n)
+    shared = [attachment(bot.api.file_url(f"p{n}.png"), f"p{n}.png", len(png(n))) for n in (1, 2)]
+    await bot.mention(ANN, "my garden today", attachments=shared)
+    texts = bot.api.texts(GENERAL)
+    assert texts == [
+        "I can't see pictures here, sorry: the model I run on reads only text. If you tell me "
+        "in words what p1.png shows, I'll happily remember it.",
+        texts[-1],
+    ]
+    assert texts[-1].startswith("You said: my garden today")
+    looked = [r for r in fake.requests if not r.get("tools")]
+    assert len(looked) == 1  # refused once, remembered: the second picture is not sent
+    await bot.mention(ANN, "and tomorrow's", attachments=shared[:1])
+    assert bot.api.texts(GENERAL)[-1].startswith("You said: and tomorrow's")
+    assert len(bot.api.texts(GENERAL)) == 3  # told once, not again
+    assert len([r for r in fake.requests if not r.get("tools")]) == 1
+    # Not a setup error: /readyz still says the model is fine.
+    assert bot.client.services.engine.mind.health.state()[0] == "ok"
+
+
+async def test_admins_lower_the_servers_limits_and_say_what_welcomes_say(bot, fake):
+    said = await bot.slash(
+        MOD,
+        "admin",
+        subcommand("welcome_text", text=(STRING, "Start in #introductions.")),
+        permissions=MANAGE_GUILD,
+    )
+    assert "every welcome will say this" in bot.answers(said)[0]
+    newcomer = 1_100_000_000_000_000_060
+    bot.state.parse_guild_member_add(member_add(GUILD, member(newcomer, "Nia")))
+    await settle()
+    assert "Start in #introductions." in json.dumps(fake.requests[-1])
+    asked = await bot.slash(
+        MOD, "admin", subcommand("limits", messages=(STRING, "45")), permissions=MANAGE_GUILD
+    )
+    assert "can be at most 30, the operator's ceiling" in bot.answers(asked)[0]
+    asked = await bot.slash(
+        MOD, "admin", subcommand("limits", messages=(STRING, "2")), permissions=MANAGE_GUILD
+    )
+    assert (
+        "messages one member may send per hour: 2 (the operator's ceiling: 30)"
+        in (bot.answers(asked)[0])
+    )
+    for n in range(3):
+        await bot.mention(ANN, f"note {n}")
+    assert bot.api.texts(GENERAL) == [
+        "You said: note 0",
+        "You said: note 1",
+        RATE_REPLY.format(limit=2, window="hour"),
+    ]
+    await bot.slash(
+        MOD,
+        "admin",
+        subcommand("limits", community_tokens=(STRING, "10")),
+        permissions=MANAGE_GUILD,
+    )
+    await bot.mention(BOB, "hello")
+    assert bot.api.texts(GENERAL)[-1] == BUDGET_REPLY.format(whose=" for this community")
+
+    log = [e.action for e in await bot.members.audit_log(TENANT)]
+    assert log[:3] == ["limits", "limits", "settings"]
+
+
+async def test_a_picture_that_is_not_one_or_too_big_is_refused_and_the_words_go_on(bot, fake):
+    bot.api.files["cat.png"] = b"MZ\x90\x00" + bytes(60)  # a program named like a picture
+    shared = [
+        attachment(bot.api.file_url("cat.png"), "cat.png", 64),
+        attachment(bot.api.file_url("huge.jpg"), "huge.jpg", 6_000_000),
+    ]
+    await bot.mention(ANN, "two pictures", attachments=shared)
+    assert bot.api.texts(GENERAL) == [
+        "cat.png is not a PNG, JPEG, WebP or GIF picture I can open",
+        "huge.jpg is 6.0 MB; the most I take is 5 MB",
+        "You said: two pictures",
+    ]
+    assert [c.path for c in bot.api.find("GET", r"/attachments/.*")] == ["/attachments/cat.png"]
+    assert [r for r in fake.requests if not r.get("tools")] == []  # no picture was shown

@@ -23,6 +23,11 @@ def test_window_comes_from_env_then_table_then_fallback():
     )
     assert Settings.from_env({"COMPANION_MODEL": "gpt-4"}).window == 8192
     assert Settings.from_env({"COMPANION_MODEL": "mystery"}).window == 8192
+    # A bigger window than 16k is used only when asked for: each turn would cost that much.
+    assert Settings.from_env({"COMPANION_MODEL": "gpt-4o-mini"}).window == 16_384
+    assert Settings.from_env({"COMPANION_MODEL": "gpt-4.1"}).window == 16_384
+    big = {"COMPANION_MODEL": "gpt-4.1", "COMPANION_CONTEXT_WINDOW": "200000"}
+    assert Settings.from_env(big).window == 200_000
 
 
 def test_missing_model_settings_are_named_in_one_line():

@@ -9,16 +9,20 @@ from sqlalchemy import select
 
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
 from core.members.access import Access
+from core.members.admission import BLOCKED_NOTICE, DMS_OFF
+from core.members.community import Community
 from core.models import Passage
-from tests.fake_openai import last_user_text, say
+from core.runtime.budgets import BUDGET_REPLY
+from tests.fake_openai import last_user_text, png, say
 from tests.fake_slack import BOT_USER, TEAM
-from tests.rigs import slack_envelope, slack_message, slack_rig
+from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
 
 
 @pytest.fixture
 async def slack(engine, members, sessions, clock):
     access = Access(sessions, clock, "https://companion.example")
-    services = Services(engine, members, frozenset({"UOPS"}), access=access)
+    community = Community(sessions, engine.mind.config, clock)
+    services = Services(engine, members, frozenset({"UOPS"}), access=access, community=community)
     async with slack_rig(services, users=("U1", "U2"), admins=("UADMIN",)) as rig:
         yield rig
 
@@ -290,3 +294,136 @@ async def test_web_links_are_private_and_the_admin_one_needs_the_role(slack, fak
     grant = await access.check(link.split("token=")[1])
     assert (grant.tenant, grant.member, grant.actor) == (f"slack:{TEAM}", None, "UADMIN")
     assert "web:" in (await slack.command("help"))[-1]["text"]
+
+
+async def test_admins_name_their_companion_and_give_it_instructions(slack, fake):
+    tenant = f"slack:{TEAM}"
+    assert (await slack.command("admin name Evil", user="U1"))[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin name Captain", user="UADMIN")
+    assert said[-1]["text"] == "Saved: your community's companion is now called Captain."
+    rules = "This workspace is about sailing.\nNever discuss politics."
+    said = await slack.command(f"admin instructions {rules}", user="UADMIN")
+    assert "follows these instructions" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="hello"))
+    system = fake.chat_requests[-1]["messages"][0]["content"]
+    assert "Your name in this community is Captain." in system
+    assert rules in system  # its lines kept
+    persona = await slack.command("admin persona I am Captain, at sea.", user="UADMIN")
+    assert "Existing members keep theirs" in persona[-1]["text"]
+    view = await slack.members.view(tenant, "U1")
+    assert "I am Captain" not in str(view.blocks)
+    shown = await slack.command("admin companion", user="UADMIN")
+    assert "Captain" in shown[-1]["text"] and "sailing" in shown[-1]["text"]
+    cleared = await slack.command("admin name -", user="UADMIN")
+    assert cleared[-1]["text"] == "Saved: the name is back to the default."
+    log = [(e.actor, e.action) for e in await slack.members.audit_log(tenant)]
+    assert log == [("UADMIN", "companion")] * 4
+
+
+def mention(channel: str, text: str, user: str = "U1") -> dict:
+    ts = slack_ts()
+    event = {"type": "app_mention", "channel": channel, "user": user, "ts": ts, "event_ts": ts}
+    return slack_envelope({**event, "text": f"<@{BOT_USER}> {text}"})
+
+
+async def test_admins_choose_the_channels_it_answers_in_and_turn_dms_off(slack, fake):
+    tenant = f"slack:{TEAM}"
+    refused = await slack.command("admin channel <#C1|general> answer", user="U1")
+    assert refused[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin channel <#C1|general> answer", user="UADMIN")
+    assert said[-1]["text"].startswith("I now answer in #general")
+    await slack.command("admin channel <#C2|help> answer", user="UADMIN")
+    await slack.dispatch(mention("C9", "over here?"))
+    assert slack.posted() == [] and fake.requests == []
+    await slack.dispatch(mention("C1", "in general"))
+    await slack.dispatch(mention("C2", "in help"))
+    assert [r["text"] for r in slack.posted()] == ["You said: in general", "You said: in help"]
+
+    plain = slack_message(text="no mention", channel="C2", channel_type="channel")
+    await slack.dispatch(plain)
+    assert len(slack.posted()) == 2
+    said = await slack.command("admin channel <#C2|help> open", user="UADMIN")
+    assert "Every message in #help is now for me" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="no mention", channel="C2", channel_type="channel"))
+    assert slack.posted()[-1]["text"] == "You said: no mention"
+
+    await slack.command("admin channel <#C1|general> never", user="UADMIN")
+    await slack.dispatch(mention("C1", "still there?"))
+    assert len(slack.posted()) == 3
+
+    said = await slack.command("admin dms off", user="UADMIN")
+    assert "Direct messages: off." in said[-1]["text"]
+    asked = len(fake.requests)
+    await slack.dispatch(slack_message(text="psst"))
+    assert slack.posted()[-1] == {**slack.posted()[-1], "channel": "D1", "text": DMS_OFF}
+    assert len(fake.requests) == asked
+    log = [(e.actor, e.action) for e in await slack.members.audit_log(tenant)]
+    assert log == [("UADMIN", "where")] * 5
+
+
+async def test_a_blocked_member_is_told_once_and_keeps_their_memory(slack, fake):
+    tenant = f"slack:{TEAM}"
+    await slack.dispatch(slack_message(text="remember that I like kites"))
+    before = (await slack.members.view(tenant, "U1")).messages
+    said = await slack.command("admin block <@U1|ann>", user="UADMIN")
+    assert "is now blocked" in said[-1]["text"]
+    posted, asked = len(slack.posted()), len(fake.requests)
+    await slack.dispatch(slack_message(text="hello?"))
+    await slack.dispatch(mention("C1", "hello??"))
+    notices = [r["text"] for r in slack.posted()[posted:]]
+    assert notices == [BLOCKED_NOTICE] and len(fake.requests) == asked
+    view = await slack.members.view(tenant, "U1")
+    assert "kites" in str(view.blocks) and view.messages == before
+    await slack.dispatch(slack_message(user="U2", text="I am not blocked"))
+    assert slack.posted()[-1]["text"] == "You said: I am not blocked"
+    await slack.command("admin unblock <@U1>", user="UADMIN")
+    await slack.dispatch(slack_message(text="back"))
+    assert slack.posted()[-1]["text"] == "You said: back"
+
+
+async def test_a_shared_photo_is_described_or_kindly_refused(slack, fake, sessions):
+    api = slack.api
+    api.files["kite.png"] = png(7)
+    fake.pictures[png(7)] = "A red kite high over a pebble beach."
+    shared = {
+        "id": "F7",
+        "name": "kite.png",
+        "size": len(png(7)),
+        "url_private_download": f"{api.root}/files/kite.png",
+    }
+    await slack.dispatch(slack_message(text="my new kite", subtype="file_share", files=[shared]))
+    assert slack.posted()[-1]["text"].startswith("You said: my new kite")
+    assert "red kite high over a pebble beach" in fake.chat_requests[-1]["messages"][-1]["content"]
+    async with sessions() as session:
+        assert "red kite" in (await session.scalar(select(Passage.text)))
+
+    fake.vision = False
+    api.files["sea.png"] = png(8)
+    other = {
+        **shared,
+        "id": "F8",
+        "name": "sea.png",
+        "url_private_download": f"{api.root}/files/sea.png",
+    }
+    await slack.dispatch(
+        slack_message(user="U2", text="the sea", subtype="file_share", files=[other])
+    )
+    texts = [r["text"] for r in slack.posted()[-2:]]
+    assert texts[0].startswith("I can't see pictures here, sorry")
+    assert texts[1].startswith("You said: the sea")
+
+
+async def test_admins_lower_the_workspaces_budget(slack, fake):
+    refused = await slack.command("admin limit community-tokens 100", user="U1")
+    assert refused[-1]["text"] == NOT_ADMIN
+    said = await slack.command("admin limit community-tokens 10", user="UADMIN")
+    assert "model tokens the community may use per UTC day: 10" in said[-1]["text"]
+    await slack.dispatch(slack_message(text="first"))  # the budget is checked before a turn
+    await slack.dispatch(slack_message(user="U2", text="hello"))
+    assert slack.posted()[-1]["text"] == BUDGET_REPLY.format(whose=" for this community")
+    cleared = await slack.command("admin limit community-tokens -", user="UADMIN")
+    assert "per UTC day: none of yours" in cleared[-1]["text"]
+    shown = await slack.command("admin limits", user="UADMIN")
+    assert "messages one member may send per hour" in shown[-1]["text"]
+    said = await slack.command("admin welcome-text Say hi in #general", user="UADMIN")
+    assert "every welcome will say this" in said[-1]["text"]

@@ -24,6 +24,7 @@ would refuse.
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
 
@@ -161,8 +162,75 @@ def _content_refusal(i: int, message: dict[str, Any], required: bool) -> dict[st
                     f"Invalid value: '{kind}'. Supported values are: {allowed}.",
                     f"{param}[{j}].type",
                 )
+            refusal = _part_refusal(f"{param}[{j}]", part)
+            if refusal:
+                return refusal
         return None
     return _error(f"Invalid type for '{param}': expected one of a string or array.", param)
+
+
+IMAGE_FORMATS = {"png": b"\x89PNG", "jpeg": b"\xff\xd8\xff", "gif": b"GIF8", "webp": b"RIFF"}
+DATA_URL = re.compile(r"data:image/([a-z]+);base64,([A-Za-z0-9+/]*={0,2})")
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+UNSUPPORTED_IMAGE = (
+    "You uploaded an unsupported image. Please make sure your image has of one the following "
+    "formats: ['png', 'jpeg', 'gif', 'webp']."
+)
+
+
+def _part_refusal(param: str, part: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's rules for one content part: a text part's `text`; an image part's
+    `image_url.url` (https, or a base64 data URL of a PNG, JPEG, GIF or WebP that is what
+    it says, at most 20 MB) and `detail` (auto, low, high)."""
+    if part["type"] == "text":
+        if not isinstance(part.get("text"), str):
+            return _error(f"Missing required parameter: '{param}.text'.", f"{param}.text")
+        return None
+    image = part.get("image_url")
+    if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+        return _error(f"Missing required parameter: '{param}.image_url'.", f"{param}.image_url")
+    detail = image.get("detail", "auto")
+    if detail not in ("auto", "low", "high"):
+        return _error(
+            f"Invalid value: '{detail}'. Supported values are: 'auto', 'low', and 'high'.",
+            f"{param}.image_url.detail",
+        )
+    url = image["url"]
+    if url.startswith("https://"):
+        return None
+    found = DATA_URL.fullmatch(url)
+    if found is None:
+        return _error(
+            "Invalid image URL: the URL must be https or a base64 data URL.",
+            f"{param}.image_url.url",
+            "invalid_image_url",
+        )
+    try:
+        data = base64.b64decode(found.group(2), validate=True)
+    except ValueError:
+        return _error("Invalid base64 image data.", f"{param}.image_url.url", "invalid_image")
+    magic = IMAGE_FORMATS.get(found.group(1))
+    if magic is None or not data.startswith(magic):
+        return _error(UNSUPPORTED_IMAGE, f"{param}.image_url.url", "invalid_image_format")
+    if len(data) > MAX_IMAGE_BYTES:
+        return _error("Image too large: the limit is 20 MB.", f"{param}.image_url.url")
+    return None
+
+
+def images_in(body: dict[str, Any]) -> list[tuple[str, bytes]]:
+    """Every image of a request, as (param, bytes); https images as (param, b"")."""
+    found = []
+    for i, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                url = part["image_url"]["url"]
+                data = DATA_URL.fullmatch(url)
+                raw = base64.b64decode(data.group(2)) if data else b""
+                found.append((f"messages.[{i}].content.[{j}].type", raw))
+    return found
 
 
 def _messages(body: dict[str, Any]) -> dict[str, Any] | None:

@@ -21,16 +21,18 @@ from typing import Any
 
 import discord
 
-from adapters.common import SORRY, WELCOME_EVENT, Services
+from adapters.common import SORRY, Services
 from adapters.discord.catchup import catch_up
-from adapters.discord.commands import CommandState, CompanionTree, add_commands
+from adapters.discord.commands import CommandState
 from adapters.discord.messages import (
     CHAT_TYPES,
-    addressed_to,
     guild_id_of,
     handle_message,
+    where_of,
 )
 from adapters.discord.posting import post_reply
+from adapters.discord.tree import CompanionTree, add_commands
+from core.companion import Where
 from core.events import EventKind, InboundEvent
 
 log = logging.getLogger(__name__)
@@ -171,11 +173,14 @@ class CompanionClient(discord.Client):
         me = self.user
         if me is None or message.author.bot or message.webhook_id is not None:
             return
-        if message.type not in CHAT_TYPES or not addressed_to(message, me):
+        if message.type not in CHAT_TYPES:
+            return
+        where, guild_id = where_of(message, me), guild_id_of(message)
+        if not where.addressed and not await self._open_channel(guild_id, where):
             return
         try:
-            tenant = await self.tenant_of(guild_id_of(message), message.author.id)
-            await handle_message(self.services, tenant, message, me)
+            tenant = await self.tenant_of(guild_id, message.author.id)
+            await handle_message(self.services, tenant, message, me, where)
         except Exception:
             log.exception("message %s in channel %s failed", message.id, message.channel.id)
             try:
@@ -183,17 +188,25 @@ class CompanionClient(discord.Client):
             except discord.HTTPException:
                 log.warning("could not apologise in channel %s", message.channel.id)
 
+    async def _open_channel(self, guild_id: int | None, where: Where) -> bool:
+        """A message not addressed to the bot, in a channel where every message is for it."""
+        if guild_id is None:
+            return False
+        reach = await self.services.members.admission.reach(tenant_key(guild_id))
+        return reach.answers(where)
+
     async def on_member_join(self, member: discord.Member) -> None:
         if member.bot:
             return
         tenant = tenant_key(member.guild.id)
-        if not await self.services.welcome_enabled(tenant):
+        welcome = await self.services.welcome_event(tenant, member.display_name)
+        if welcome is None:
             return
         engine = self.services.engine
         scope = await engine.agent(tenant, str(member.id), member.display_name)
         event = InboundEvent(
             EventKind.USER_ACTION,
-            WELCOME_EVENT.format(name=member.display_name),
+            welcome,
             dedup_key=f"discord:join:{member.guild.id}:{member.id}",
             meta={"platform": "discord", "guild_id": str(member.guild.id)},
         )

@@ -3,7 +3,8 @@
     /memory show | export | forget | web    the member's own working context, file, erasure,
                                             a private sign-in link to the memory inspector
     /openers on|off, /quiet-hours, /timezone      the member's opener settings
-    /admin export | reset <member>, /admin welcome <enabled>, /admin web      admins only
+    /admin ...                              admins only: adapters/discord/admin.py
+                                            (the tree of them all: adapters/discord/tree.py)
 
 Every answer is ephemeral. Erasing asks first with a button that only the asker may press.
 Admin = Manage Server as Discord computed it for this very interaction (the member's resolved
@@ -33,7 +34,6 @@ from discord import app_commands
 from adapters.common import (
     FORGET_ASK,
     FORGET_DONE,
-    NOT_ADMIN,
     NOTHING_YET,
     SORRY,
     Services,
@@ -113,7 +113,7 @@ class CommandState:
         return await self.tenant_of(interaction.guild_id, interaction.user.id, keep=False)
 
 
-async def _say(interaction: discord.Interaction, text: str, **extra: Any) -> None:
+async def say(interaction: discord.Interaction, text: str, **extra: Any) -> None:
     """An ephemeral answer in parts of at most 2000 characters."""
     parts = split_message(text, DISCORD_LIMIT) or [text]
     for i, part in enumerate(parts):
@@ -124,12 +124,12 @@ async def _say(interaction: discord.Interaction, text: str, **extra: Any) -> Non
             await interaction.response.send_message(part, ephemeral=True, **last)
 
 
-async def _send_export(interaction: discord.Interaction, doc: dict[str, Any], name: str) -> None:
+async def send_export(interaction: discord.Interaction, doc: dict[str, Any], name: str) -> None:
     data = export_bytes(doc)
     if len(data) > interaction.filesize_limit:
         data, name = gzip.compress(data), f"{name}.gz"
     if len(data) > interaction.filesize_limit:
-        await _say(interaction, TOO_BIG)
+        await say(interaction, TOO_BIG)
         return
     file = discord.File(io.BytesIO(data), filename=name)
     await interaction.followup.send(f"Here it is: `{name}`.", file=file, ephemeral=True)
@@ -173,7 +173,7 @@ class Confirm(discord.ui.View):
     ) -> None:
         log.error("confirmation by %s failed", interaction.user.id, exc_info=error)
         with contextlib.suppress(discord.HTTPException):
-            await _say(interaction, SORRY)
+            await say(interaction, SORRY)
 
 
 class MemoryCommands(app_commands.Group, name="memory", description="What I remember about you"):
@@ -186,14 +186,14 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
         services, tenant = self.state.services, await self.state.tenant(interaction)
         view = await services.members.view(tenant, str(interaction.user.id))
         where = DM_HOME.format(server=self.state.server_name(tenant))
-        await _say(interaction, memory_text(view) + ("" if interaction.guild_id else where))
+        await say(interaction, memory_text(view) + ("" if interaction.guild_id else where))
 
     @app_commands.command(description="Use this server's memory of you in our direct messages")
     @app_commands.guild_only()
     async def home(self, interaction: discord.Interaction) -> None:
         services, tenant = self.state.services, await self.state.tenant(interaction)
         await services.members.dm_homes.choose("discord", str(interaction.user.id), tenant)
-        await _say(interaction, HOME_SET.format(server=self.state.server_name(tenant)))
+        await say(interaction, HOME_SET.format(server=self.state.server_name(tenant)))
 
     @app_commands.command(description="Send you everything I remember about you, as a JSON file")
     async def export(self, interaction: discord.Interaction) -> None:
@@ -201,9 +201,9 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
         await interaction.response.defer(ephemeral=True, thinking=True)
         doc = await services.members.export(tenant, str(interaction.user.id))
         if doc is None:
-            await _say(interaction, NOTHING_YET)
+            await say(interaction, NOTHING_YET)
             return
-        await _send_export(interaction, doc, f"memory-{interaction.user.id}.json")
+        await send_export(interaction, doc, f"memory-{interaction.user.id}.json")
 
     @app_commands.command(description="Erase everything I remember about you, for good")
     async def forget(self, interaction: discord.Interaction) -> None:
@@ -213,81 +213,15 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
         async def erase(click: discord.Interaction) -> str:
             return FORGET_DONE if await services.members.forget(tenant, user) else NOTHING_YET
 
-        await _say(interaction, FORGET_ASK, view=Confirm(interaction, "Erase", erase))
+        await say(interaction, FORGET_ASK, view=Confirm(interaction, "Erase", erase))
 
     @app_commands.command(description="A private link to see and correct your memory in a browser")
     async def web(self, interaction: discord.Interaction) -> None:
         services, tenant = self.state.services, await self.state.tenant(interaction)
-        await _say(interaction, await services.web_link(tenant, str(interaction.user.id)))
+        await say(interaction, await services.web_link(tenant, str(interaction.user.id)))
 
 
-@app_commands.guild_only()
-@app_commands.allowed_contexts(guilds=True, dms=False, private_channels=False)
-class AdminCommands(
-    app_commands.Group,
-    name="admin",
-    description="Community admins: members' memory and welcomes",
-    default_permissions=discord.Permissions(manage_guild=True),
-):
-    def __init__(self, state: CommandState) -> None:
-        super().__init__()
-        self.state = state
-
-    async def interaction_check(self, interaction: discord.Interaction) -> bool:
-        """Every admin command: Manage Server here, or a configured admin id."""
-        if is_admin(interaction, self.state.services.admin_ids):
-            return True
-        log.warning(
-            "user %s is not an admin of guild %s", interaction.user.id, interaction.guild_id
-        )
-        await _say(interaction, NOT_ADMIN)
-        return False
-
-    @app_commands.command(description="Send yourself a member's whole memory as a JSON file")
-    @app_commands.describe(member="Whose memory")
-    async def export(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = self.state.services, await self.state.tenant(interaction)
-        await interaction.response.defer(ephemeral=True, thinking=True)
-        actor = str(interaction.user.id)
-        doc = await services.members.admin_export(tenant, actor, str(member.id))
-        if doc is None:
-            await _say(interaction, f"I have no memory of {member.display_name}.")
-            return
-        await _send_export(interaction, doc, f"memory-{member.id}.json")
-
-    @app_commands.command(description="Erase a member's whole memory, for good")
-    @app_commands.describe(member="Whose memory")
-    async def reset(self, interaction: discord.Interaction, member: Someone) -> None:
-        services, tenant = self.state.services, await self.state.tenant(interaction)
-        name = member.display_name
-
-        async def erase(click: discord.Interaction) -> str:
-            if not is_admin(click, services.admin_ids):  # rights may have changed meanwhile
-                return NOT_ADMIN
-            found = await services.members.admin_reset(tenant, str(click.user.id), str(member.id))
-            return f"Done: {name}'s memory is erased." if found else f"I had no memory of {name}."
-
-        ask = f"This erases everything I remember about {name}, for good. Are you sure?"
-        await _say(interaction, ask, view=Confirm(interaction, "Erase", erase))
-
-    @app_commands.command(description="Whether new members get a welcome by DM")
-    @app_commands.describe(enabled="True: new members get a welcome; False: they don't")
-    async def welcome(self, interaction: discord.Interaction, enabled: bool) -> None:
-        services, tenant = self.state.services, await self.state.tenant(interaction)
-        await services.members.tenant_settings(
-            tenant, actor=str(interaction.user.id), welcome=enabled
-        )
-        state = "now get a welcome by DM" if enabled else "no longer get a welcome"
-        await _say(interaction, f"New members {state}.")
-
-    @app_commands.command(description="A private link to members, memory, usage and settings")
-    async def web(self, interaction: discord.Interaction) -> None:
-        services, tenant = self.state.services, await self.state.tenant(interaction)
-        link = await services.web_link(tenant, str(interaction.user.id), admin=True)
-        await _say(interaction, link)
-
-
-def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any, None]]:
+def setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any, None]]:
     """/openers, /quiet-hours and /timezone: the member's own opener settings."""
 
     async def change(interaction: discord.Interaction, **change: Any) -> dict[str, Any] | None:
@@ -297,24 +231,24 @@ def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any
                 await state.tenant(interaction), user, **change
             )
         except BadSetting as error:
-            await _say(interaction, f"That didn't work: {error}.")
+            await say(interaction, f"That didn't work: {error}.")
             return None
 
     @app_commands.describe(setting="on: I may write to you first now and then; off: I only answer")
     async def openers(interaction: discord.Interaction, setting: Literal["on", "off"]) -> None:
         if setting not in ("on", "off"):  # Discord sends only the choices; a stale client may not
-            await _say(interaction, "That didn't work: openers are `on` or `off`.")
+            await say(interaction, "That didn't work: openers are `on` or `off`.")
             return
         if await change(interaction, openers=setting == "on") is not None:
             what = "I may start a conversation now and then" if setting == "on" else "I only answer"
-            await _say(interaction, f"Openers {setting}: {what}.")
+            await say(interaction, f"Openers {setting}: {what}.")
 
     @app_commands.describe(hours="For example 22:00-09:00, in your time zone")
     async def quiet_hours(interaction: discord.Interaction, hours: str) -> None:
         saved = await change(interaction, quiet_hours=hours)
         if saved is not None:
             span, zone = saved["quiet_hours"], saved["timezone"]
-            await _say(
+            await say(
                 interaction, f"Quiet hours {span} ({zone}): I won't start conversations then."
             )
 
@@ -323,7 +257,7 @@ def _setting_commands(state: CommandState) -> list[app_commands.Command[Any, Any
     async def timezone(interaction: discord.Interaction, zone: str) -> None:
         saved = await change(interaction, timezone=zone)
         if saved is not None:
-            await _say(interaction, f"Your time zone is now {saved['timezone']}.")
+            await say(interaction, f"Your time zone is now {saved['timezone']}.")
 
     return [
         app_commands.Command(name=name, description=description, callback=callback)
@@ -346,25 +280,3 @@ async def _zone_choices(
     needle = current.strip().lower().replace(" ", "_")
     names = [name for name in _zones() if needle in name.lower()][:25]
     return [app_commands.Choice(name=name, value=name) for name in names]
-
-
-class CompanionTree(app_commands.CommandTree):
-    async def on_error(
-        self, interaction: discord.Interaction, error: app_commands.AppCommandError
-    ) -> None:
-        if isinstance(error, app_commands.CheckFailure):
-            return  # the check answered already (e.g. "Only community admins can do that.")
-        name = interaction.command.qualified_name if interaction.command else "?"
-        log.error("/%s by %s failed", name, interaction.user.id, exc_info=error)
-        try:
-            await _say(interaction, SORRY)
-        except discord.HTTPException:
-            log.warning("could not apologise for /%s", name)
-
-
-def add_commands(tree: app_commands.CommandTree, state: CommandState) -> None:
-    """A fresh set of commands for this tree (no command object is shared between clients)."""
-    tree.add_command(MemoryCommands(state))
-    tree.add_command(AdminCommands(state))
-    for command in _setting_commands(state):
-        tree.add_command(command)

@@ -1,6 +1,7 @@
 """Discord messages into engine events, and the engine's replies back into the channel.
 
     addressed_to(message, me)   a DM, a mention of the bot (or its role), a reply to the bot
+    where_of(message, me)       the channel (and a thread's parent), None for a DM, addressed
     spoken_text(message, me)    the member's words: the bot's mention dropped, others readable
     shared_file(message, a)     an attachment as a file to take (downloaded only if its name
                                 and size pass)
@@ -26,7 +27,15 @@ import discord
 
 from adapters.common import Services
 from adapters.discord.posting import post_reply
-from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
+from adapters.inbound import (
+    SharedFile,
+    admitted,
+    follow_up,
+    message_event,
+    never_failing,
+    take,
+)
+from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
 
 log = logging.getLogger(__name__)
@@ -56,6 +65,15 @@ def addressed_to(message: discord.Message, me: discord.abc.User) -> bool:
         return False
     replied = reference.resolved or reference.cached_message
     return isinstance(replied, discord.Message) and replied.author.id == me.id
+
+
+def where_of(message: discord.Message, me: discord.abc.User) -> Where:
+    """Where the message was written (a thread inside its channel), and if to the bot."""
+    if guild_id_of(message) is None:
+        return Where(None)
+    parent = getattr(message.channel, "parent_id", None)
+    parents = (str(parent),) if parent else ()
+    return Where(str(message.channel.id), parents, addressed_to(message, me))
 
 
 def spoken_text(message: discord.Message, me: discord.abc.User) -> str:
@@ -117,17 +135,20 @@ def shared_file(message: discord.Message, attachment: discord.Attachment) -> Sha
 
 
 async def handle_message(
-    services: Services, tenant: str, message: discord.Message, me: discord.abc.User
+    services: Services, tenant: str, message: discord.Message, me: discord.abc.User, where: Where
 ) -> None:
-    """Stored first; then, while typing shows, the files and the words beside them."""
+    """Stored first (if the companion answers it there); then, while typing shows, the
+    files and the words beside them."""
     engine = services.engine
     author = message.author
+    reply = ChannelReplies(message, me)
+    if not await admitted(services, tenant, str(author.id), where, reply):
+        return
     files = [shared_file(message, attachment) for attachment in message.attachments]
     text = spoken_text(message, me)
     if not text and not files:
         text = message.clean_content  # a bare mention: the member called the bot
     event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
-    reply = ChannelReplies(message, me)
     async with engine.activity.working():
         scope = await engine.agent(tenant, str(author.id), author.display_name)
         try:

@@ -3,6 +3,10 @@
     /companion memory | export | forget | openers on|off | quiet 22:00-09:00
                | timezone Europe/Berlin | web | help
     /companion admin export @member | admin reset @member | admin welcome on|off | admin web
+    /companion admin companion | admin name|instructions|persona <text> (- for the default)
+    /companion admin channel #channel answer|never|open|default | admin dms on|off
+    /companion admin block | unblock @member
+    /companion admin limits | admin limit <what> <N> (- for none) | admin welcome-text <text>
 
 Answers are ephemeral. Exports arrive as a JSON file in a DM. Erasing asks first, with a
 button only the person who asked can press. Admin means workspace admin or owner (asked
@@ -23,10 +27,19 @@ from adapters.common import (
     FORGET_ASK,
     FORGET_DONE,
     HELP,
+    LIMIT_NAMES,
     NOT_ADMIN,
     Services,
+    block_member,
+    change_companion,
+    companion_text,
     export_bytes,
+    limits_text,
     memory_text,
+    place_channel,
+    reach_text,
+    set_limits,
+    set_welcome_text,
 )
 from adapters.slack.events import tenant_key
 from adapters.slack.later import after_ack
@@ -36,6 +49,7 @@ from core.errors import BadSetting, NotInstalled
 FORGET = "companion_forget_confirm"
 RESET = "companion_admin_reset_confirm"
 MENTION = re.compile(r"<@([A-Z0-9]+)(?:\|[^>]*)?>")
+CHANNEL = re.compile(r"<#([A-Z0-9]+)(?:\|([^>]*))?>")
 
 
 async def is_admin(services: Services, client: AsyncWebClient, user: str) -> bool:
@@ -94,18 +108,68 @@ async def send_file(client: AsyncWebClient, user: str, name: str, data: bytes, n
     )
 
 
+ADMIN_USAGE = (
+    "Usage: /companion admin export @member | reset @member | welcome on|off | web | "
+    "companion | name <name> | instructions <text> | persona <text> (- for the default) | "
+    "channel #channel answer|never|open|default | dms on|off | block @member | unblock @member | "
+    "limits | limit messages|member-tokens|community-tokens|member-dollars|community-dollars N | "
+    "welcome-text <text>"
+)
+
+
 async def _admin(
     services: Services,
     client: AsyncWebClient,
     tenant: str,
     actor: str,
-    words: list[str],
+    text: str,
     respond: Any,
 ) -> None:
+    """`text`: what follows `admin`, as typed (instructions keep their lines)."""
     if not await is_admin(services, client, actor):
         await respond(NOT_ADMIN)
         return
-    action = words[0] if words else ""
+    words = text.split()
+    action = words[0].lower() if words else ""
+    if action == "companion":
+        await respond(to_slack_mrkdwn(await companion_text(services.members, tenant)))
+        return
+    channel = CHANNEL.fullmatch(words[1]) if len(words) == 3 else None
+    if action == "channel" and channel is not None:
+        name = f"#{channel.group(2)}" if channel.group(2) else f"<#{channel.group(1)}>"
+        said = await place_channel(
+            services.members, tenant, actor, channel.group(1), name, words[2].lower()
+        )
+        await respond(said)
+        return
+    if action == "dms" and words[1:] in (["on"], ["off"]):
+        reach = await services.members.admission.change_reach(tenant, actor, dms=words[1] == "on")
+        await respond(reach_text(reach))
+        return
+    blocked = MENTION.fullmatch(words[1]) if len(words) == 2 else None
+    if action in ("block", "unblock") and blocked is not None:
+        who = blocked.group(1)
+        said = await block_member(
+            services.members, tenant, actor, who, f"<@{who}>", action == "block"
+        )
+        await respond(said)
+        return
+    if action == "limits":
+        await respond(await limits_text(services.community, tenant))
+        return
+    if action == "limit" and len(words) == 3 and words[1].replace("-", "_") in LIMIT_NAMES:
+        change = {words[1].replace("-", "_"): words[2]}
+        await respond(await set_limits(services.community, tenant, actor, change))
+        return
+    if action == "welcome-text" and len(words) > 1:
+        value = text.split(None, 1)[1]
+        await respond(await set_welcome_text(services.members, tenant, actor, value))
+        return
+    if action in ("name", "instructions", "persona") and len(words) > 1:
+        value = text.split(None, 1)[1]
+        _, said = await change_companion(services.members, tenant, actor, {action: value})
+        await respond(said)
+        return
     if action == "web":
         await respond(await services.web_link(tenant, actor, admin=True), unfurl_links=False)
         return
@@ -115,9 +179,7 @@ async def _admin(
         return
     target = MENTION.search(" ".join(words[1:]))
     if action not in ("export", "reset") or target is None:
-        await respond(
-            "Usage: /companion admin export @member | reset @member | welcome on|off | web"
-        )
+        await respond(ADMIN_USAGE)
         return
     member = target.group(1)
     if action == "export":
@@ -184,7 +246,8 @@ async def run_command(
         elif sub == "web":
             await respond(await services.web_link(tenant, user), unfurl_links=False)
         elif sub == "admin":
-            await _admin(services, client, tenant, user, words[1:], respond)
+            rest = (command.get("text") or "").strip()[len(words[0]) :]
+            await _admin(services, client, tenant, user, rest, respond)
         else:
             await respond(HELP.replace(" | ", "\n"))
     except BadSetting as error:

@@ -1,7 +1,9 @@
 """Slack events into engine events, replies back into Slack messages.
 
-A DM, a mention, or a reply in a thread the bot started is a user message for the author's
-agent (tenant `slack:<team id>`). The listener stores it and returns, so Slack hears
+A DM, a mention, a reply in a thread the bot started, or any message in a channel where
+the admins made every message for it is a user message for the author's agent (tenant
+`slack:<team id>`), unless the admins' rules say otherwise (`Admission.admit`: channels,
+DMs, blocked members). The listener stores it and returns, so Slack hears
 "received" only for a stored event; the rest happens after (`later.after_ack`): the
 member's time zone, a :thinking_face: reaction while the agent works, the shared files,
 the turn, the answer in the same place (the DM, or the thread of the message). Redelivered
@@ -27,10 +29,11 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.common import WELCOME_EVENT, Services
+from adapters.common import Services
 from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
 from adapters.slack.later import after_ack
 from adapters.slack.posting import post_reply
+from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
 from core.events import EventKind, InboundEvent
 from core.members.documents import MAX_UPLOAD_BYTES
@@ -198,12 +201,19 @@ async def handle_message(
     client: AsyncWebClient,
     body: dict[str, Any],
     message: SlackMessage,
+    where: Where,
 ) -> None:
-    """Store the message, and nothing else: Slack hears "received" when this returns."""
+    """Store the message (if the companion answers it there), and nothing else: Slack
+    hears "received" when this returns."""
     if not message.words and not message.files:
         return
     engine = services.engine
     send = sender(client, message.channel, message.thread_ts)
+    verdict = await services.members.admission.admit(message.tenant, message.user, where)
+    if not verdict.answer:
+        if verdict.notice:
+            after_ack(services, client, body, never_failing(send)(verdict.notice))
+        return
     async with engine.activity.working():
         scope = await engine.agent(message.tenant, message.user)
         try:
@@ -270,9 +280,19 @@ def register_events(app: AsyncApp, services: Services) -> None:
         if event.get("bot_id") or event.get("subtype") in IGNORED_SUBTYPES or not event.get("user"):
             return
         bot = await bot_user_id(context)
-        if event.get("channel_type") == "im" or await in_its_thread(services, event, bot):
-            message = read_message(body, event, client.token or "", bot)
-            await handle_message(services, client, body, message)
+        if event.get("channel_type") == "im":
+            where = Where(None)
+        elif await in_its_thread(services, event, bot):
+            where = Where(event["channel"])
+        elif f"<@{bot}>" in (event.get("text") or ""):
+            return  # a mention: it comes again as app_mention
+        else:  # answered only in a channel where every message is for it
+            where = Where(event["channel"], addressed=False)
+            reach = await services.members.admission.reach(tenant_of(body, event))
+            if not reach.answers(where):
+                return
+        message = read_message(body, event, client.token or "", bot)
+        await handle_message(services, client, body, message, where)
 
     @app.event("app_mention")
     async def on_mention(
@@ -283,7 +303,7 @@ def register_events(app: AsyncApp, services: Services) -> None:
         event = {**event, "channel_type": event.get("channel_type", "channel")}
         bot = await bot_user_id(context)
         message = read_message(body, event, client.token or "", bot)
-        await handle_message(services, client, body, message)
+        await handle_message(services, client, body, message, Where(event["channel"]))
 
     @app.event("team_join")
     async def on_join(body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient) -> None:
@@ -291,13 +311,14 @@ def register_events(app: AsyncApp, services: Services) -> None:
         if user.get("is_bot") or not user.get("id"):
             return
         tenant = tenant_of(body, {"team": user.get("team_id")})
-        if not await services.welcome_enabled(tenant):
+        name = user.get("real_name") or user.get("name") or "Someone"
+        asked = await services.welcome_event(tenant, name)
+        if asked is None:
             return
         engine = services.engine
-        name = user.get("real_name") or user.get("name") or "Someone"
         welcome = InboundEvent(
             EventKind.USER_ACTION,
-            WELCOME_EVENT.format(name=name),
+            asked,
             f"slack:join:{tenant}:{user['id']}",
         )
         async with engine.activity.working():

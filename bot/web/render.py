@@ -27,6 +27,8 @@ MEMBER_TABS = (
 )
 ADMIN_TABS = (
     ("members", "Members", "/admin"),
+    ("companion", "Your companion", "/admin/companion"),
+    ("reach", "Where & who", "/admin/reach"),
     ("usage", "Usage", "/admin/usage"),
     ("settings", "Settings", "/admin/settings"),
     ("audit", "Audit log", "/admin/audit"),

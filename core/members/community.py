@@ -4,6 +4,8 @@
     usage(tenant, days)        tokens per day (cached and uncached when the usage table knows)
     settings(tenant)           welcome and opener settings, the tenant's over the defaults
     change_settings(tenant, actor, form)   validated, audited, and every schedule re-planned
+    limits(tenant)             the community's own budgets, and the operator's ceilings
+    change_limits(tenant, actor, form)     within the ceilings, audited
 
 Tenant-wide reads run as the connection's own role (no single member's wall applies); every
 query filters on the tenant.
@@ -39,6 +41,7 @@ class MemberRow:
     last_active: datetime | None
     tokens_today: int
     tokens_month: int
+    blocked: bool = False  # by the community's admins
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,28 @@ class TenantSettings:
     inactivity_hours: float  # an opener comes this long after a member's last message
     max_unanswered: int  # openers in a row without an answer before they stop
     upkeep: bool  # idle agents may tidy their memory
+    welcome_text: str = ""  # what the admins want every welcome to say
+
+
+WELCOME_TEXT_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Limit:
+    key: str  # as `EngineConfig` and `Tenant.settings["limits"]` name it
+    what: str  # as an admin reads it
+    value: float | None  # the community's own, None: none
+    ceiling: float | None  # the operator's, None: none
+    dollars: bool
+
+
+LIMIT_WORDS = {
+    "rate_limit": "messages one member may send per {window}",
+    "member_daily_tokens": "model tokens one member may use per UTC day",
+    "tenant_daily_tokens": "model tokens the community may use per UTC day",
+    "member_daily_usd": "dollars one member may spend per UTC day",
+    "tenant_daily_usd": "dollars the community may spend per UTC day",
+}
 
 
 def _flag(form: Mapping[str, str], name: str) -> bool:
@@ -90,7 +115,35 @@ def parse_tenant_settings(form: Mapping[str, str]) -> dict[str, Any]:
             _number(form, "max_unanswered", "unanswered openers in a row", 1, 10)
         ),
         "upkeep": _flag(form, "upkeep"),
+        "welcome_text": checked_welcome_text(form.get("welcome_text", "")),
     }
+
+
+def checked_welcome_text(text: str) -> str:
+    tidy = text.replace("\r\n", "\n").strip()
+    if len(tidy) > WELCOME_TEXT_LIMIT:
+        raise BadSetting(
+            f"the welcome text would have {len(tidy)} characters, over its limit of "
+            f"{WELCOME_TEXT_LIMIT}"
+        )
+    return tidy
+
+
+def _limit(raw: str, limit: Limit) -> float | None:
+    """One budget from a form: empty for none, else a number within the operator's ceiling."""
+    raw = raw.strip().replace(",", "")
+    if not raw:
+        return None
+    try:
+        value = float(raw) if limit.dollars else int(raw)
+    except ValueError:
+        raise BadSetting(f"{limit.what} must be a number, got {raw[:20]!r}") from None
+    if value <= 0:
+        raise BadSetting(f"{limit.what} must be more than 0 (empty: no limit of your own)")
+    if limit.ceiling is not None and value > limit.ceiling:
+        most = f"{limit.ceiling:.2f}" if limit.dollars else f"{limit.ceiling:,.0f}"
+        raise BadSetting(f"{limit.what} can be at most {most}, the operator's ceiling")
+    return value
 
 
 def _stored(settings: TenantSettings) -> dict[str, Any]:
@@ -102,6 +155,7 @@ def _stored(settings: TenantSettings) -> dict[str, Any]:
         "opener_inactivity_hours": settings.inactivity_hours,
         "opener_max_unanswered": settings.max_unanswered,
         "upkeep": settings.upkeep,
+        "welcome_text": settings.welcome_text,
     }
 
 
@@ -141,6 +195,7 @@ class Community:
                 Agent.last_active_at,
                 tokens_since(today),
                 tokens_since(today.replace(day=1)),
+                func.coalesce(User.settings["blocked"].as_boolean(), False),
             )
             .join(Agent, Agent.user_id == User.id)
             .join(Tenant, Tenant.id == User.tenant_id)
@@ -194,6 +249,7 @@ class Community:
             inactivity_hours=float(hours or defaults.inactivity.total_seconds() / 3600),
             max_unanswered=int(stored.get("opener_max_unanswered", defaults.max_unanswered)),
             upkeep=bool(stored.get("upkeep", self.config.schedule.upkeep)),
+            welcome_text=str(stored.get("welcome_text") or ""),
         )
 
     async def change_settings(
@@ -214,3 +270,35 @@ class Community:
             for agent in agents:
                 await replan(session, agent, self.config.schedule)
             return self._effective(row.settings)
+
+    async def limits(self, tenant: str) -> list[Limit]:
+        async with self.sessions() as session:
+            stored = await session.scalar(select(Tenant.settings).where(Tenant.key == tenant))
+        theirs = (stored or {}).get("limits") or {}
+        minutes = int(self.config.rate_window.total_seconds() // 60)
+        window = {1: "minute", 60: "hour", 1440: "day"}.get(minutes, f"{minutes} minutes")
+        return [
+            Limit(
+                key,
+                words.format(window=window),
+                theirs.get(key),
+                getattr(self.config, key),
+                key.endswith("_usd"),
+            )
+            for key, words in LIMIT_WORDS.items()
+        ]
+
+    async def change_limits(self, tenant: str, actor: str, form: Mapping[str, str]) -> None:
+        """The community's own budgets, each within the operator's ceiling; audited."""
+        wanted = {}
+        for limit in await self.limits(tenant):
+            wanted[limit.key] = _limit(form.get(limit.key, ""), limit)
+            if limit.dollars and wanted[limit.key] is not None and self.config.price is None:
+                raise BadSetting(
+                    "a budget in dollars needs a price for the model (ask the operator)"
+                )
+        async with self.sessions() as session, session.begin():
+            await record(session, tenant, actor, "limits", None, wanted, self.clock())
+            row = await session.scalar(select(Tenant).where(Tenant.key == tenant))
+            assert row is not None  # the audit entry made sure of it
+            row.settings = {**(row.settings or {}), "limits": wanted}

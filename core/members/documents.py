@@ -141,7 +141,9 @@ def check_upload(filename: str, size: int) -> str:
     kind = KINDS.get(PurePath(name).suffix.lower())
     if kind is None:
         allowed = ", ".join(sorted(KINDS))
-        raise UploadRejected(f"I can't read {name}: I take {allowed} files")
+        raise UploadRejected(
+            f"I can't read {name}: I take {allowed} files (and PNG, JPEG, WebP and GIF pictures)"
+        )
     if size > MAX_UPLOAD_BYTES:
         most = MAX_UPLOAD_BYTES // 1_000_000
         raise UploadRejected(f"{name} is {size / 1e6:.1f} MB; the most I take is {most} MB")

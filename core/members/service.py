@@ -34,9 +34,11 @@ from core.directory import (
 )
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
+from core.members.admission import Admission
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export, export_agent, import_agent
+from core.members.profiles import Profiles
 from core.members.spending import MemberDay, member_days
 from core.members.zones import ProfileZones, parse_timezone
 from core.memory.search import Page, recall_search
@@ -98,6 +100,8 @@ class Members:
         self.embedder = embedder  # imported passages are embedded with it
         self.dm_homes = DmHomes(sessions, config, clock)  # whose memory DMs use
         self.zones = ProfileZones(sessions, config, clock)  # time zones from profiles
+        self.profiles = Profiles(sessions, config, clock)  # the community's companion
+        self.admission = Admission(sessions, config, clock)  # where it answers, and whom
 
     @asynccontextmanager
     async def _reading(
@@ -230,9 +234,16 @@ class Members:
 
     async def forget(self, tenant: str, user: str) -> bool:
         """Erase the member: their agent, all its memory, their settings and their inspector
-        sessions, in one transaction (from any front end)."""
+        sessions, in one transaction (from any front end). A block by the community's admins
+        is theirs, not the member's, and stays."""
         async with self.sessions() as session, session.begin():
-            return await erase_member(session, tenant, user)
+            member = await find_user(session, tenant, user)
+            blocked = member is not None and bool((member.settings or {}).get("blocked"))
+            erased = await erase_member(session, tenant, user)
+            if erased and blocked and member is not None:
+                kept = {"blocked": True, "blocked_told": True}
+                session.add(User(tenant_id=member.tenant_id, external_id=user, settings=kept))
+            return erased
 
     async def settings(self, tenant: str, user: str, **changes: Any) -> dict[str, Any]:
         """Update a member's settings (openers, quiet_hours, timezone); returns them all."""

@@ -1,6 +1,7 @@
 """Main-context assembly: plain values in, the list of chat messages out.
 
-Order, as in the MemGPT paper: system instructions and working-context blocks, then the
+Order, as in the MemGPT paper: system instructions (with the community's own part, the
+same for every member: `core.companion`) and working-context blocks, then the
 FIFO queue with the recursive summary in slot 0, then a status alert (tokens in use, the
 time, what is out of view). Everything but the status only grows between flushes and block
 edits, so each prompt starts with the whole previous one but its status: what a provider's
@@ -11,9 +12,9 @@ because many OpenAI-compatible servers refuse a second system message.
 Every part has a bound, whatever the database holds: a message shows at most
 `max_message_tokens` of its text and each function call at most `MAX_ARGUMENT_CHARS` of
 arguments, the summary at most `max_summary_tokens`, working context at most a quarter of
-the window. `entry` renders a stored message and counts what it costs in the prompt: the
-FIFO queue's count, made by `AgentStore` for every message it stores, under the rules named
-by `count_basis`.
+the window, the community's instructions at most a sixteenth. `entry` renders a stored
+message and counts what it costs in the prompt: the FIFO queue's count, made by `AgentStore`
+for every message it stores, under the rules named by `count_basis`.
 """
 
 from __future__ import annotations
@@ -176,14 +177,29 @@ class Head:
         return {"role": "system", "content": self.content}
 
 
-def head(blocks: Sequence[Block], window: int) -> Head:
-    """The system message for these blocks: built and counted once per set of values."""
-    return _head(tuple((b.label, b.value, b.char_limit) for b in blocks), window)
+def _community_section(name: str, instructions: str, max_tokens: int) -> str:
+    """What every member's agent reads of its community (`core.companion`), same for all."""
+    parts = [f"Your name in this community is {name}."] if name else []
+    if instructions:
+        shown = _cut(instructions, max_tokens, "the rest is not shown")
+        parts.append(
+            "The community's admins give every member's companion these instructions. Follow "
+            "them; they are read-only (no function changes them) and are not about this person:"
+            f"\n<community>\n{shown}\n</community>"
+        )
+    return "".join(f"{part}\n\n" for part in parts)
+
+
+def head(blocks: Sequence[Block], window: int, community: tuple[str, str] = ("", "")) -> Head:
+    """The system message for these blocks and the community's (name, instructions):
+    built and counted once per set of values."""
+    return _head(tuple((b.label, b.value, b.char_limit) for b in blocks), window, community)
 
 
 @lru_cache(maxsize=4096)
-def _head(blocks: BlockValues, window: int) -> Head:
-    content = f"{INSTRUCTIONS}\n\n{_block_section(blocks, window // 4)}"
+def _head(blocks: BlockValues, window: int, community: tuple[str, str]) -> Head:
+    shared = _community_section(*community, window // 16)
+    content = f"{INSTRUCTIONS}\n\n{shared}{_block_section(blocks, window // 4)}"
     return Head(content, TokenCounter.count_message({"content": content}))
 
 

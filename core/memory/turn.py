@@ -21,6 +21,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from core.companion import profile_of
 from core.errors import MalformedOutput, ModelOutputError, ModelTimeout, PromptTooLong
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.executor import SCHEMAS, execute
@@ -138,13 +139,16 @@ class Turn:
         """The turn, from its start or, after a crash, from the last step it saved."""
         config = self.mind.config
         blocks = await self.store.blocks()
+        profile = profile_of(self.store.member[0].settings if self.store.member else None)
+        self.context.community = (profile.name, profile.instructions)
         payload = self.event.payload
         resumed = await self.context.load(trigger_fields(self.event.kind, payload["text"]))
         self.tools = tools = ToolContext(
             self.store, blocks, config, self.now, self.timezone, self.mind.embedder, self.event.id
         )
         persona = blocks["persona"].value if "persona" in blocks else ""
-        tools.member_name, tools.agent_name = self.member_name, agent_name(persona)
+        tools.member_name = self.member_name
+        tools.agent_name = profile.name or agent_name(persona)
         max_steps = config.max_steps
         if (payload.get("meta") or {}).get("purpose") == "upkeep":
             tools.may_send = False  # tidying memory, not talking

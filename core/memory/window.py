@@ -88,6 +88,7 @@ class MainContext:
         self.counter, self.config, self.metrics = counter, config, metrics
         self.event_id, self.now, self.timezone = event_id, now, timezone
         self.contexts = contexts
+        self.community = ("", "")  # the community's name and instructions (core.companion)
         self.basis = count_basis(config.max_message_tokens)
         self.queue: list[Entry] = []
         self.shown: list[dict[str, Any]] = []  # the queue as the prompt shows it
@@ -236,7 +237,7 @@ class MainContext:
             queue = [*queue[:at], cut, *queue[at + 1 :]]
             queue_tokens += counter.count_message(cut) - self.newest.tokens
         return assemble(
-            head=head(list(blocks.values()), config.context_window),
+            head=head(list(blocks.values()), config.context_window, self.community),
             summary=self.summary_shown,
             queue=queue,
             queue_tokens=queue_tokens,

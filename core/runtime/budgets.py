@@ -71,7 +71,14 @@ async def over_limit(
         )
         if (recent or 0) >= config.rate_limit:
             return "rate", RATE_REPLY.format(limit=config.rate_limit, window=_window(config))
-    today, price = now.date(), config.price
+    return await over_budget(session, scope, now.date(), config)
+
+
+async def over_budget(
+    session: AsyncSession, scope: Scope, today: date, config: EngineConfig
+) -> tuple[str, str] | None:
+    """("budget", reply) when the member or their community spent today's budget."""
+    price = config.price
     if config.member_daily_tokens or config.member_daily_usd:
         mine = await spent(session, Usage.agent_id == scope.agent_id, today)
         if _over(mine, config.member_daily_tokens, config.member_daily_usd, price):

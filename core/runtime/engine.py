@@ -12,9 +12,9 @@
     resume()               after a restart, drain every agent with pending events (and
                            release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
-    (deliver, redeliver, take_replies, ... come from `engine.outbox`; what is in progress,
-    for a clean shutdown, from `engine.activity`; what was stored from where, for reading
-    a platform back after a restart, from `engine.seen`)
+    (`engine.pictures` looks at shared pictures; deliver, redeliver, take_replies, ... come
+    from `engine.outbox`; what is in progress, for a clean shutdown, from `engine.activity`;
+    what was stored from where, for reading a platform back after a restart, `engine.seen`)
 
 A drain first claims the agent in Postgres (`Presence`): one process works on an agent at a
 time, its events one at a time, in arrival order. Each event's turn commits what it did
@@ -50,6 +50,7 @@ from core.runtime.activity import Activity
 from core.runtime.gate import TurnGate
 from core.runtime.handling import DEFERRED, Handler, agent_events
 from core.runtime.outbox import Outbox
+from core.runtime.pictures import Pictures, Vision
 from core.runtime.presence import Checkpoint, Claim, Presence
 from core.runtime.seen import Seen
 from core.scope import Scope, enter_scope
@@ -89,6 +90,7 @@ class Engine:
         clock: Callable[[], datetime] = utcnow,
         embeddings: EmbeddingWorker | None = None,
         presence: Presence | None = None,
+        vision: Vision | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
@@ -101,6 +103,7 @@ class Engine:
         self.gate = TurnGate()  # one drain of an agent at a time in this process
         # The agents this process works on, claimed in Postgres (one turn per agent at once).
         self.presence = presence or Presence(sessions.kw["bind"])
+        self.pictures = Pictures(sessions, mind, clock, vision or Vision())
 
     async def wait_idle(self) -> None:
         """Return once nothing is in progress: no handler, turn or background work."""
@@ -151,8 +154,9 @@ class Engine:
             await enter_scope(session, scope)
             return (await self._insert_event(session, scope, event, hold))[0]
 
-    async def release(self, scope: Scope, event_id: int) -> None:
-        """A held event joins the agent's pending events (once; later calls do nothing)."""
+    async def release(self, scope: Scope, event_id: int, note: str | None = None) -> None:
+        """A held event joins the agent's pending events (once; later calls do nothing),
+        with `note` (what came of its pictures) after its words."""
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
             event = await session.scalar(
@@ -163,7 +167,7 @@ class Engine:
                 .with_for_update()
             )
             if event is not None:
-                self._unhold(event)
+                self._unhold(event, note)
 
     def _unhold(self, event: Event, note: str | None = None) -> None:
         """Pending again; held only for its files (no words, nothing went wrong): done."""

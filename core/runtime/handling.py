@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.config import within_ceilings
 from core.errors import ClaimLost, ModelError, ModelTimeout, ModelUnavailable
 from core.events import EventKind, EventStatus, trigger_fields
 from core.memory.mind import Mind, TurnResult
@@ -72,7 +73,10 @@ class Handler:
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
         context: MainContext | None = None
         assert store.member is not None, "drain locked the agent"
-        limited = await over_limit(session, store.scope, event, now, self.mind.config)
+        assert store.member is not None, "drain locked the agent"
+        limits = (store.member[0].settings or {}).get("limits")  # the community's own
+        config = within_ceilings(self.mind.config, limits)
+        limited = await over_limit(session, store.scope, event, now, config)
         if _waited_too_long(event, now, self.mind.config.outage_wait):
             result, status = TurnResult(event.id, error=UNANSWERED), EventStatus.FAILED
             replies = [_unanswered(event)] if event.kind == EventKind.USER_MESSAGE else []

@@ -135,6 +135,8 @@ def policy_for(
 ) -> OpenerPolicy:
     """The opener policy of one member: their choices over the tenant's over the defaults."""
     enabled = member.get("openers", tenant.get("openers", defaults.enabled))
+    if member.get("blocked"):  # an admin paused the companion for this member
+        enabled = False
     quiet = str(member.get("quiet_hours") or tenant.get("quiet_hours") or "")
     start, end = defaults.quiet_start, defaults.quiet_end
     if "-" in quiet:

@@ -7,6 +7,7 @@
                                  PromptTooLong, MalformedOutput (the server could not read
                                  the model's output: the model is told), ModelUnavailable
                                  (down, overloaded, rate-limiting: try again later),
+                                 ImagesRefused (a text-only model was shown a picture),
                                  ModelSetupError (the endpoint refuses our requests as it is
                                  set up: `fix` tells the operator what to change)
 
@@ -20,6 +21,7 @@ import re
 from enum import StrEnum
 
 from core.errors import (
+    ImagesRefused,
     MalformedOutput,
     ModelError,
     ModelSetupError,
@@ -62,6 +64,13 @@ SAMPLING_REFUSED = re.compile(
 SYSTEM_REFUSED = re.compile(r"system (role|messages?) (is |are )?not supported", re.I)
 CALLS_REFUSED = re.compile(
     r"roles must alternate|only user and assistant roles|unsupported (message )?role", re.I
+)
+# A text-only model's answer to a picture (OpenAI, llama.cpp without --mmproj, vLLM, Ollama).
+IMAGES_REFUSED = re.compile(
+    r"image_url is only supported by certain models|image input is not supported|"
+    r"at most 0 image|does not support (images?|vision)|not a multimodal model|"
+    r"model does not support image",
+    re.I,
 )
 SETUP_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
@@ -129,6 +138,8 @@ def classify(status: int | None, message: str, code: str | None = None) -> Model
     if status is None:
         return ModelUnavailable("the model endpoint could not be reached")
     short = _gist(message)
+    if status in (400, 422, 500) and IMAGES_REFUSED.search(message):
+        return ImagesRefused(f"the model does not take pictures (HTTP {status}: {short[:200]})")
     if status in (400, 413, 422) and (code == TOO_LONG_CODE or TOO_LONG_WORDS.search(message)):
         found = PROMPT_COUNT.search(message)
         count = next((g for g in found.groups() if g), None) if found else None
