@@ -44,10 +44,11 @@ from core.members.documents import chunk_text, extract_text, store_document, upl
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
+from core.memory.window import MainContext
 from core.models import Event
 from core.ports import Send
 from core.runtime.activity import Activity
-from core.runtime.gate import TurnGate
+from core.runtime.gate import Slot, TurnGate
 from core.runtime.handling import DEFERRED, Handler, agent_events
 from core.runtime.outbox import Outbox
 from core.runtime.pictures import Pictures, Vision
@@ -238,35 +239,50 @@ class Engine:
 
     async def _drain(self, scope: Scope, claim: Claim) -> list[TurnResult]:
         results: list[TurnResult] = []
-        while True:
-            async with self.sessions() as session:
-                await enter_scope(session, scope)
-                store = AgentStore(session, scope, self.mind.config.max_message_tokens)
-                agent = await store.lock_agent()
-                await self.presence.confirm(session, claim)
-                event = await session.scalar(_pending(scope, Event).order_by(Event.id))
-                if event is None:
-                    await session.commit()
-                    return results
-                pause = Checkpoint(session, store, self.presence, claim)
-                with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
-                    try:
-                        result, context = await self.handler.handle(
-                            session, store, agent, event, pause
-                        )
-                    except ClaimLost:
-                        log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
-                        await session.rollback()
-                        return results
-                results.append(result)
-                more = None if result.deferred else await session.scalar(_pending(scope, Event.id))
-                await session.commit()
+        more = True
+        while more:
+            slot = self.gate.slot()  # a share of the pool while the turn's transaction runs
+            await slot.take()
+            try:
+                handled = await self._next(scope, claim, slot)
+            finally:
+                slot.give()
+            if handled is None:
+                return results
+            result, context, more = handled
+            results.append(result)
             if context is not None:  # committed: the agent's next turn here starts from it
                 self.mind.contexts.put(scope.agent_id, context.snapshot())
             if self.embeddings is not None:  # committed: the new messages get their vectors
                 self.embeddings.wake()
-            if more is None:  # one stored after this check is drained by its submitter
-                return results
+        return results
+
+    async def _next(
+        self, scope: Scope, claim: Claim, slot: Slot
+    ) -> tuple[TurnResult, MainContext | None, bool] | None:
+        """The agent's oldest pending event, handled and committed, and whether another
+        waits (one stored after this check is drained by its submitter); None when there
+        was none, or the claim was lost."""
+        async with self.sessions() as session:
+            await enter_scope(session, scope)
+            store = AgentStore(session, scope, self.mind.config.max_message_tokens)
+            agent = await store.lock_agent()
+            await self.presence.confirm(session, claim)
+            event = await session.scalar(_pending(scope, Event).order_by(Event.id))
+            if event is None:
+                await session.commit()
+                return None
+            pause = Checkpoint(session, store, self.presence, claim, slot)
+            with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
+                try:
+                    result, context = await self.handler.handle(session, store, agent, event, pause)
+                except ClaimLost:
+                    log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
+                    await session.rollback()
+                    return None
+            more = not result.deferred and await session.scalar(_pending(scope, Event.id))
+            await session.commit()
+        return result, context, bool(more)
 
     async def converse(
         self, scope: Scope, event: InboundEvent, send: Send | None = None

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from core.errors import ClaimLost
 from core.memory.store import AgentStore
+from core.runtime.gate import Slot
 from core.scope import enter_scope
 
 log = logging.getLogger(__name__)
@@ -148,17 +149,24 @@ class Checkpoint:
     confirms the claim, so a turn never writes over another process's."""
 
     def __init__(
-        self, session: AsyncSession, store: AgentStore, presence: Presence, claim: Claim
+        self,
+        session: AsyncSession,
+        store: AgentStore,
+        presence: Presence,
+        claim: Claim,
+        slot: Slot,
     ) -> None:
         self.session, self.store = session, store
-        self.presence, self.claim = presence, claim
+        self.presence, self.claim, self.slot = presence, claim, slot
 
     @asynccontextmanager
     async def __call__(self) -> AsyncIterator[None]:
         await self.session.commit()
+        self.slot.give()  # no connection held while the model thinks
         try:
             yield
         finally:
+            await self.slot.take()
             await self.resume()
 
     async def resume(self) -> None:
