@@ -3,7 +3,7 @@
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
@@ -217,3 +217,42 @@ async def test_openers_for_terminal_members_wait_in_the_outbox(engine, fake, clo
     assert report.undelivered == 1
     assert await engine.outbox.take_waiting(scope) == ["How was the trip to Lisbon?"]
     assert await engine.outbox.take_waiting(scope) == []
+
+
+async def test_claimed_openers_think_side_by_side(engine, fake, clock, sessions):
+    """Issue 29: claimed openers ran one after another in the timer job (with a 2 s model,
+    one opener per 2 s per process). Now the model is asked for all of them at once: this
+    brain answers only once two opener calls are waiting together."""
+    fake.brain = brain
+    clock.now = T0
+    scopes = [
+        await chat(engine, name, "remember that I am flying to Lisbon on Friday")
+        for name in ("ana", "ben", "cy")
+    ]
+    dues = [await next_opener_at(sessions, scope) for scope in scopes]
+    due = min(dues)
+    async with sessions() as session, session.begin():  # all three due at the same minute
+        for scope, own in zip(scopes, dues, strict=True):
+            await session.execute(
+                update(Agent)
+                .where(Agent.id == scope.agent_id)
+                .values(last_active_at=Agent.last_active_at - (own - due), next_opener_at=due)
+            )
+    waiting, together = 0, asyncio.Event()
+
+    async def all_at_once(body):
+        nonlocal waiting
+        if "[scheduled interrupt] conversation opener" in (last(body).get("content") or ""):
+            waiting += 1
+            if waiting == 2:
+                together.set()
+            await asyncio.wait_for(together.wait(), 10)  # one at a time: never two
+        return brain(body)
+
+    fake.brain = all_at_once
+    clock.now = due + timedelta(minutes=1)
+    platform = Platform()
+    report = await tick(engine, clock.now, platform)
+    assert len(report.claimed) >= 2 and report.sent == len(report.claimed)
+    assert together.is_set()
+    assert sorted(user for _, user, _ in platform.sent) == sorted(c.user for c in report.claimed)

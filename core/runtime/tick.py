@@ -9,6 +9,7 @@ above it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,19 +40,28 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
     async with engine.sessions() as session, session.begin():
         found = await claim_due(session, now, engine.mind.config.schedule)
     report = TickReport(found.claimed, found.respread)
-    for claim in found.claimed:
-        handled = await engine.see_through(claim.scope, claim.event_id)
-        if claim.purpose != "opener":
-            continue
-        if not await engine.outbox.undelivered(claim.event_id):
-            report.silent += 1
-        elif platforms is None:
-            report.undelivered += 1
-        elif await _deliver(engine, claim, platforms, claim.event_id in handled):
-            report.sent += 1
-        else:
-            report.undelivered += 1
+    # The claimed agents think side by side: the model's own bound on calls in flight
+    # (COMPANION_MODEL_CONCURRENCY) and the engine's share of the pool hold them, as they
+    # hold members' turns; one slow opener no longer delays the rest.
+    outcomes = await asyncio.gather(*(_run(engine, claim, platforms) for claim in found.claimed))
+    for outcome in outcomes:
+        if outcome is not None:
+            setattr(report, outcome, getattr(report, outcome) + 1)
     return report
+
+
+async def _run(engine: Engine, claim: Claim, platforms: Platforms | None) -> str | None:
+    """One claimed agent's scheduled event, handled; for an opener, what became of it:
+    "sent", "silent" (the agent chose to say nothing) or "undelivered"."""
+    handled = await engine.see_through(claim.scope, claim.event_id)
+    if claim.purpose != "opener":
+        return None
+    if not await engine.outbox.undelivered(claim.event_id):
+        return "silent"
+    if platforms is None:
+        return "undelivered"
+    sent = await _deliver(engine, claim, platforms, claim.event_id in handled)
+    return "sent" if sent else "undelivered"
 
 
 async def _deliver(engine: Engine, claim: Claim, platforms: Platforms, fresh: bool) -> bool:
