@@ -10,7 +10,7 @@
     companion web
     companion link --tenant T (--user U | --admin)
     companion openers list [--due]
-    companion tick [--now ISO-8601]
+    companion tick [--now ISO-8601 [--apply]] [--dry-run]
     companion usage [--tenant T] [--days N]
     companion doctor
     companion eval TASK --data PATH [--judge-model M] [--output FILE]
@@ -107,8 +107,24 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--due", action="store_true", help="only what is due now")
     listing.add_argument("--now", help="as if at this ISO-8601 time")
 
-    tick_cmd = commands.add_parser("tick", help="run one scheduler pass")
-    tick_cmd.add_argument("--now", help="as if at this ISO-8601 time (default: now)")
+    tick_cmd = commands.add_parser(
+        "tick",
+        help="run one scheduler pass (with --now: only say what it would do)",
+        description="One scheduler pass: the openers and upkeep that are due run and openers "
+        "are delivered. With --now T it is a dry run: it prints what would be due at T and "
+        "changes nothing (no model call, no message, the schedule as it was), unless --apply.",
+    )
+    tick_cmd.add_argument(
+        "--now", help="as if at this ISO-8601 time (default: now); a dry run unless --apply"
+    )
+    tick_cmd.add_argument(
+        "--apply",
+        action="store_true",
+        help="with --now: really run the pass at that time (moves the schedule for good)",
+    )
+    tick_cmd.add_argument(
+        "--dry-run", action="store_true", help="only say what is due; change nothing"
+    )
 
     usage = commands.add_parser(
         "usage", help="tokens and estimated cost per tenant, member and day (UTC)"

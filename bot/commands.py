@@ -25,7 +25,7 @@ from bot.chat import run_chat
 from bot.doctor import run_doctor
 from bot.eval.runner import run_eval
 from bot.observability import configure_logging, log_options, redact
-from bot.operator import erase_tenant, list_openers, parse_now, run_tick
+from bot.operator import erase_tenant, list_openers, parse_now, preview_tick, run_tick
 from bot.progress import Progress
 from bot.run import run
 from bot.settings import Settings
@@ -152,8 +152,21 @@ async def _openers(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
+def _dry_tick(args: argparse.Namespace) -> bool:
+    """`tick --now T` only says what would happen unless `--apply`: moving the schedule to
+    an imagined moment is for good, so it is never the default."""
+    if args.apply and args.dry_run:
+        raise ConfigError("--apply and --dry-run contradict each other: pick one")
+    if args.apply and not args.now:
+        raise ConfigError("--apply goes with --now (a plain `companion tick` runs for real)")
+    return args.dry_run or (bool(args.now) and not args.apply)
+
+
 async def _tick(app: App, args: argparse.Namespace) -> int:
-    print(await run_tick(app, app.engine.clock()))
+    if _dry_tick(args):
+        print(await preview_tick(app, app.engine.clock()))
+    else:
+        print(await run_tick(app, app.engine.clock()))
     return 0
 
 
@@ -204,7 +217,7 @@ COMMANDS = {
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    need_model = args.command in ("chat", "run", "tick")
+    need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
     if args.command == "run":
         settings.require_platform()
     if args.command == "chat":  # the rate limit guards a community, not its operator

@@ -1,7 +1,8 @@
 """Operator commands for scheduled interrupts, and for a whole community.
 
 companion openers list [--due]      what is scheduled, when (UTC and local) and why
-companion tick [--now ISO-8601]     one scheduler pass, as if at that moment
+companion tick [--now ISO-8601]     one scheduler pass; with --now only what it would do
+                                    (a dry run), unless --apply
 companion tenant erase T [--yes]    every member's memory in one community, at once
 """
 
@@ -15,7 +16,7 @@ from zoneinfo import ZoneInfo
 from bot.app import App
 from bot.delivery import rest_router
 from core.errors import ConfigError
-from core.runtime.tick import TickReport, tick
+from core.runtime.tick import TickReport, preview, tick
 
 
 def parse_now(text: str | None) -> datetime:
@@ -47,6 +48,24 @@ async def run_tick(app: App, now: datetime) -> str:
     async with rest_router(app) as router:
         report = await tick(app.engine, now, router)
     return tick_summary(report, now)
+
+
+async def preview_tick(app: App, now: datetime) -> str:
+    """A dry run: each member a pass at `now` would run for, then one line that says so."""
+    found = await preview(app.engine, now)
+    lines = [f"would run {c.purpose} for {c.user}@{c.tenant}" for c in found.claimed]
+    kinds = [c.purpose for c in found.claimed]
+    line = (
+        f"{now:%Y-%m-%d %H:%M}Z (dry run, nothing changed; --apply runs it): "
+        f"{kinds.count('opener')} openers due"
+    )
+    if found.respread:
+        first, last = min(found.respread), max(found.respread)
+        line += (
+            f", {len(found.respread)} long-overdue openers would be re-spread between "
+            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z"
+        )
+    return "\n".join([*lines, line + f", {kinds.count('upkeep')} upkeep runs due"])
 
 
 def tick_summary(report: TickReport, now: datetime) -> str:
