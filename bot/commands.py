@@ -38,8 +38,9 @@ from core.members.reembed import change_dimension, reembed
 
 async def _chat(app: App, args: argparse.Namespace) -> int:
     user = args.user or getpass.getuser()
-    await run_chat(app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout)
-    return 0
+    return await run_chat(
+        app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout
+    )
 
 
 def _operator() -> str:

@@ -31,7 +31,11 @@ def parse_now(text: str | None) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+OPENERS_HEADER = "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"
+
+
 async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
+    """A header and one tab-separated line per scheduled opener; nothing when none is."""
     lines = []
     for opener in await app.members.scheduled_openers(now, due_only):
         at, zone = opener.at, opener.timezone
@@ -41,7 +45,7 @@ async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
             f"{opener.tenant}\t{opener.user}\t{at:%Y-%m-%d %H:%M}Z\t{local} {zone}\t{state}\t"
             f"{opener.why}"
         )
-    return lines
+    return [OPENERS_HEADER, *lines] if lines else []
 
 
 async def run_tick(app: App, now: datetime) -> str:

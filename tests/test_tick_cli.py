@@ -35,6 +35,9 @@ async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
     await companion(env, "chat", "--user", "ana", stdin="remember that I am learning Greek\n")
     listing = await companion(env, "openers", "list")
     assert "local\tana\t" in listing and "after their last message" in listing
+    header, *rows = listing.splitlines()
+    assert header == "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"
+    assert all(len(row.split("\t")) == len(header.split("\t")) for row in rows)
     due = due_time(listing, "ana")
     assert await companion(env, "openers", "list", "--due") == "no openers scheduled\n"
     now = (due + timedelta(minutes=1)).isoformat()

@@ -294,12 +294,24 @@ class Members:
         Raises `ImportConflict` when the member has memory and `replace` is not set; then
         nothing is written.
         """
+        # The name is the export's member's: another member keeps their own.
+        same = (tenant, user) == (export.tenant, export.user)
         async with self.sessions() as session, session.begin():
-            scope = await ensure_agent(session, tenant, user, self.config, export.display_name)
+            scope = await ensure_agent(
+                session, tenant, user, self.config, export.display_name if same else None
+            )
             store = AgentStore(session, scope, self.config.max_message_tokens)
             await store.lock_agent()  # a running turn finishes first
             counts = await import_agent(
-                session, scope, export, self.config, self.clock(), self.embedder, replace, progress
+                session,
+                scope,
+                export,
+                self.config,
+                self.clock(),
+                self.embedder,
+                replace,
+                progress,
+                f"{user}@{tenant}",
             )
             await self._audit_in(
                 session, tenant, actor, "import", user, {**counts, "replace": replace}
