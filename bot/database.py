@@ -26,6 +26,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -134,7 +135,15 @@ def _upgrade(connection: Any, embedding_dim: int) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
+    before = MigrationContext.configure(connection).get_current_heads()
     command.upgrade(config, "head")
+    after = MigrationContext.configure(connection).get_current_heads()
+    if before != after:  # one line for the whole upgrade (alembic's own are quiet at INFO)
+        log.info(
+            "database migrated from %s to %s",
+            ", ".join(before) or "nothing (a new database)",
+            ", ".join(after),
+        )
 
 
 def _one_line(error: BaseException) -> str:

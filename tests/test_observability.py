@@ -274,6 +274,7 @@ async def test_doctor_passes_against_working_services(fake, pg_url, schema):
     assert slack.called("auth.test") and fake.requests[0]["max_tokens"] == 1
 
     assert "Traceback" not in err
+    assert "voice" not in err, "Companion never joins a voice channel: no warning about it"
 
 
 async def test_doctor_says_what_is_wrong_without_a_traceback(fake, pg_url, schema):
