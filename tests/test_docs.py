@@ -65,3 +65,28 @@ def test_discord_setup_lists_every_slash_command_the_bot_registers():
         f"missing from the table: {sorted(registered - listed)}; "
         f"not a command: {sorted(listed - registered)}"
     )
+
+
+def make_dry_run(target: str, venv: str) -> str:
+    import subprocess
+
+    run = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_make_chat_installs_what_runs_and_make_test_the_test_tools(tmp_path):
+    """Issue 31: `make chat` installed playwright, mypy and ruff (230 of 718 MB) to chat, with
+    -q hiding pip's progress."""
+    chat = make_dry_run("chat", str(tmp_path / "venv"))
+    installs = [line for line in chat.splitlines() if "pip install" in line]
+    assert installs and all("[dev]" not in line for line in installs), chat
+    assert all(" -q" not in line for line in installs), "pip's progress is shown"
+    assert chat.rstrip().endswith("companion chat")
+    for target in ("test", "lint"):
+        steps = make_dry_run(target, str(tmp_path / "venv"))
+        assert any("pip install" in x and "'.[dev]'" in x for x in steps.splitlines()), steps
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci  # CI installs the test tools through it
