@@ -204,7 +204,9 @@ async def check_database(settings: Settings) -> list[Result]:
     )
     try:
         async with asyncio.timeout(TIMEOUT * 2):  # the embedded server may have to start
-            async with database_server(settings.database_url, settings.data_dir) as url:
+            async with database_server(
+                settings.database_url, settings.data_dir, keep_warm=True
+            ) as url:
                 engine = make_engine(url, settings.db_schema, pool_size=1)
                 try:
                     async with engine.connect() as connection:

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -28,7 +28,6 @@ from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
-from core.members.portability import Export, export_agent, import_agent
 from core.members.spending import MemberDay, member_days
 from core.members.zones import ProfileZones, parse_timezone
 from core.memory.search import Page, recall_search
@@ -37,6 +36,9 @@ from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder, Progress
 from core.schedule.planning import plan_for, replan
 from core.scope import Scope, enter_scope
+
+if TYPE_CHECKING:
+    from core.members.portability import Export
 
 SEARCH_PAGE = 10
 
@@ -218,6 +220,8 @@ class Members:
     async def export(self, tenant: str, user: str) -> dict[str, Any] | None:
         async with self.sessions() as session:
             scope = await find_agent(session, tenant, user)
+            from core.members.portability import export_agent  # pydantic models: on use
+
             return await export_agent(session, scope) if scope else None
 
     async def forget(self, tenant: str, user: str) -> bool:
@@ -302,6 +306,8 @@ class Members:
             )
             store = AgentStore(session, scope, self.config.max_message_tokens)
             await store.lock_agent()  # a running turn finishes first
+            from core.members.portability import import_agent
+
             counts = await import_agent(
                 session,
                 scope,
