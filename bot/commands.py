@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from bot import idle_stop
 from bot.app import App, open_app
 from bot.observability import configure_logging, log_options, redact
 from bot.settings import Settings
@@ -251,7 +252,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         need_model=need_model,
         check_dimension=args.command != "reembed",
         clock=clock,
-        keep_warm=args.command not in ("run", "web"),  # the next command finds it running
+        keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
     ) as app:
         return await COMMANDS[args.command](app, args)
 

@@ -77,6 +77,14 @@ def watch(data_dir: Path, seconds: float) -> None:
                 return
 
 
+def may_outlive() -> bool:
+    """Whether the embedded server may outlive this command, for the next one: not when this
+    is a container's or a service's main process (its parent is init, or outside the
+    container: `docker run`, `docker exec`, systemd), whose leftovers are killed with it,
+    Postgres without a clean shutdown."""
+    return os.getpid() != 1 and os.getppid() > 1
+
+
 def ensure_stopper(data_dir: Path, seconds: float = IDLE_SECONDS) -> None:
     """Start a detached stopper for `data_dir` unless one is already watching it."""
     with open(data_dir / GUARD, "a") as guard:

@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bot import idle_stop
 from bot.database import (
     ADMIN_SQL,
     APP_ROLE,
@@ -205,7 +206,7 @@ async def check_database(settings: Settings) -> list[Result]:
     try:
         async with asyncio.timeout(TIMEOUT * 2):  # the embedded server may have to start
             async with database_server(
-                settings.database_url, settings.data_dir, keep_warm=True
+                settings.database_url, settings.data_dir, keep_warm=idle_stop.may_outlive()
             ) as url:
                 engine = make_engine(url, settings.db_schema, pool_size=1)
                 try:
