@@ -3,17 +3,28 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: chat test lint format bench
+.PHONY: chat dev test lint format bench
 
+# What `companion` needs to run, nothing more (the test tools are the next target). pip
+# says what it fetches and installs, package by package, so a first install is never silent.
+# --no-compile: Python compiles what a command imports when it first runs, not all 60
+# packages up front (that was half of the install's time).
 $(BIN)/companion: pyproject.toml
-	@echo "Installing Companion and its dependencies into $(VENV) (first time: about a minute)..."
+	@echo "Installing Companion and what it needs to run into $(VENV) (about a minute the first time)..."
 	@$(PY) -m venv $(VENV)
-	@$(BIN)/python -m pip install -q --upgrade pip
-	@$(BIN)/python -m pip install -q --progress-bar on -e '.[dev]'
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on --no-compile -e .
 	@echo "Installed. Next time this step is skipped."
 	@touch $@
 
-chat: $(BIN)/companion  ## install, then chat with your own agent (embedded database)
+# The test and lint tools (pytest, ruff, mypy, Playwright...): `make test`, `make lint` and CI.
+$(BIN)/pytest: $(BIN)/companion
+	@echo "Installing the test and lint tools into $(VENV)..."
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	@touch $@
+
+dev: $(BIN)/pytest  ## install Companion with the test and lint tools
+
+chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent (embedded database)
 	$(BIN)/companion chat
 
 # The browser tests run in a process of their own: in one process with the whole suite,
@@ -23,20 +34,20 @@ chat: $(BIN)/companion  ## install, then chat with your own agent (embedded data
 # One process: `pytest -n 2` (pytest-xdist, an embedded Postgres per worker) takes 7 minutes
 # on 2 cores where one process takes 13, but once under two workers a `companion chat` in a
 # test was still running after 60 s (not reproduced since); CI keeps the proven way.
-test: $(BIN)/companion  ## install, then run the whole test suite
+test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	$(BIN)/pytest --ignore=tests/test_browser.py
 	$(BIN)/pytest tests/test_browser.py
 
-lint: $(BIN)/companion
+lint: $(BIN)/pytest
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-format: $(BIN)/companion
+format: $(BIN)/pytest
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: $(BIN)/companion
+bench: $(BIN)/pytest
 	$(BIN)/python bench/framework.py
 	$(BIN)/python bench/search.py --dim 384
 	$(BIN)/python bench/locomo_recall.py

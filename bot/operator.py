@@ -1,7 +1,8 @@
 """Operator commands for scheduled interrupts, and for a whole community.
 
 companion openers list [--due]      what is scheduled, when (UTC and local) and why
-companion tick [--now ISO-8601]     one scheduler pass, as if at that moment
+companion tick [--now ISO-8601]     one scheduler pass; with --now only what it would do
+                                    (a dry run), unless --apply
 companion tenant erase T [--yes]    every member's memory in one community, at once
 """
 
@@ -15,7 +16,7 @@ from zoneinfo import ZoneInfo
 from bot.app import App
 from bot.delivery import rest_router
 from core.errors import ConfigError
-from core.runtime.tick import TickReport, tick
+from core.runtime.tick import TickReport, preview, tick
 
 
 def parse_now(text: str | None) -> datetime:
@@ -30,7 +31,11 @@ def parse_now(text: str | None) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+OPENERS_HEADER = "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"
+
+
 async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
+    """A header and one tab-separated line per scheduled opener; nothing when none is."""
     lines = []
     for opener in await app.members.scheduled_openers(now, due_only):
         at, zone = opener.at, opener.timezone
@@ -40,13 +45,31 @@ async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
             f"{opener.tenant}\t{opener.user}\t{at:%Y-%m-%d %H:%M}Z\t{local} {zone}\t{state}\t"
             f"{opener.why}"
         )
-    return lines
+    return [OPENERS_HEADER, *lines] if lines else []
 
 
 async def run_tick(app: App, now: datetime) -> str:
     async with rest_router(app) as router:
         report = await tick(app.engine, now, router)
     return tick_summary(report, now)
+
+
+async def preview_tick(app: App, now: datetime) -> str:
+    """A dry run: each member a pass at `now` would run for, then one line that says so."""
+    found = await preview(app.engine, now)
+    lines = [f"would run {c.purpose} for {c.user}@{c.tenant}" for c in found.claimed]
+    kinds = [c.purpose for c in found.claimed]
+    line = (
+        f"{now:%Y-%m-%d %H:%M}Z (dry run, nothing changed; --apply runs it): "
+        f"{kinds.count('opener')} openers due"
+    )
+    if found.respread:
+        first, last = min(found.respread), max(found.respread)
+        line += (
+            f", {len(found.respread)} long-overdue openers would be re-spread between "
+            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z"
+        )
+    return "\n".join([*lines, line + f", {kinds.count('upkeep')} upkeep runs due"])
 
 
 def tick_summary(report: TickReport, now: datetime) -> str:

@@ -82,18 +82,20 @@ async def _connect(
     report: Callable[[str, str], None],
     what: str,
     transient: tuple[type[BaseException], ...],
+    state: str = "connected",
 ) -> asyncio.Task[Any] | None:
     """Try once now: a refusal (ConfigError) stops the start. Unreachable: keep trying in
-    the background (the task returned), the process serving meanwhile."""
+    the background (the task returned), the process serving meanwhile. Once `attempt`
+    works the platform is in `state` (`starting` when it has a further step to go)."""
     try:
         async with asyncio.timeout(FIRST_TRY_SECONDS):
-            report("connected", await attempt())
+            report(state, await attempt())
         return None
     except transient as error:
         report("retrying", f"cannot reach {what} ({_why(error)}); trying again")
 
     async def again() -> None:
-        report("connected", await _retrying(attempt, report, what, transient))
+        report(state, await _retrying(attempt, report, what, transient))
 
     task = asyncio.create_task(again())
     _watch(task, report, what)
@@ -352,7 +354,7 @@ async def discord_running(
 
     report("starting", f"signing in to {where}")
     try:
-        first = await _connect(signed_in, report, where, transient)
+        first = await _connect(signed_in, report, where, transient, "starting")
     except BaseException:
         await client.close()  # its HTTP session, before the start stops
         raise

@@ -173,11 +173,12 @@ class BadExport(Refused):
 
 
 class ImportConflict(Refused):
-    def __init__(self, agent_id: int, messages: int) -> None:
+    def __init__(self, member: str, messages: int) -> None:
         super().__init__(
-            f"agent {agent_id} already has {messages} messages; reset it first or pass --replace"
+            f"{member} already has memory ({messages} messages and passages); reset it first "
+            "or pass --replace"
         )
-        self.agent_id = agent_id
+        self.member = member
         self.messages = messages
 
 

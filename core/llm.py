@@ -30,7 +30,7 @@ from core.errors import (
     ModelUnavailable,
     WrongDimension,
 )
-from core.ports import ChatModel, Completion, ToolCall
+from core.ports import Completion, ToolCall
 from core.wire.answers import calls_in_text, read_content
 from core.wire.health import WireHealth
 from core.wire.refusals import Adapt, adaptation, classify
@@ -198,26 +198,6 @@ class OpenAIChat:
             raise
         self.health.answered()
         return _read(response, tools)
-
-
-class Bounded:
-    """A chat model with at most `slots` calls in flight in this process
-    (COMPANION_MODEL_CONCURRENCY): what bounds how many members are answered at once is the
-    model endpoint, never the database pool (no turn holds a connection while it waits)."""
-
-    def __init__(self, model: ChatModel, slots: int) -> None:
-        self.model = model
-        self._slots = asyncio.Semaphore(max(1, slots))
-
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        cache_key: str | None = None,
-    ) -> Completion:
-        async with self._slots:
-            return await self.model.complete(messages, tools, max_tokens, cache_key)
 
 
 def _read(response: Any, tools: list[dict[str, Any]] | None) -> Completion:

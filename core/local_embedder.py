@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.util
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,12 @@ class LocalEmbedder:
 
     def _load(self) -> tuple[Any, Any]:
         if self._loaded is None:
+            # onnxruntime's telemetry writes a device id under HOME (and warns, in colour,
+            # where HOME is read-only, as in the Kubernetes securityContext): off.
+            os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
             import onnxruntime
+
+            onnxruntime.set_default_logger_severity(2)  # its own lines: warnings and worse
             from tokenizers import Tokenizer
 
             model, vocabulary = model_files()

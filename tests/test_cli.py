@@ -9,11 +9,14 @@ The process itself (imports, signals, restarts) is tested with real ones elsewhe
 from __future__ import annotations
 
 import asyncio
+import builtins
 import getpass
+import io
 import json
 
 import pytest
 
+from bot.chat import BOLD, CYAN, HELP, RESET, run_chat
 from tests.conftest import Run, cli_env, run_cli
 from tests.fake_openai import last
 
@@ -221,3 +224,76 @@ async def test_version_help_and_unexpected_failures_are_one_line(fake, pg_url, s
         (line,) = run.err.strip().splitlines()
         assert line.startswith("companion: the database failed (ConnectionRefusedError")
         assert "secret" not in line and "`companion doctor` checks it" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("chat", "--tenant", ""),
+        ("chat", "--user", "  "),
+        ("export", "--tenant", "", "--user", "ana"),
+        ("reset", "--tenant", "club", "--user", " ana", "--yes"),
+        ("link", "--tenant", "", "--admin"),
+        ("tenant", "erase", "", "--yes"),
+        ("usage", "--tenant", "\t"),
+    ],
+)
+async def test_a_blank_or_padded_tenant_or_user_is_refused(fake, pg_url, args):
+    """Issue 31: `--tenant ''` created a blank tenant nobody can reach from a platform."""
+    run = await run_cli(cli_env(fake, pg_url), *args)
+    assert run.code == 2 and run.out == "" and "Traceback" not in run.err, run
+    last_line = run.err.strip().splitlines()[-1]
+    assert "id cannot be empty" in last_line or "no spaces around it" in last_line, run.err
+
+
+@pytest.mark.parametrize("dim", ["0", "-3", "4001", "100000", "abc"])
+async def test_reembed_refuses_a_dimension_pgvector_cannot_hold(fake, pg_url, dim):
+    """Issue 31: `reembed --dim 0` was taken as no --dim and re-embedded everything."""
+    run = await run_cli(cli_env(fake, pg_url), "reembed", "--dim", dim)
+    assert run.code == 2 and "Traceback" not in run.err, run
+    assert "argument --dim" in run.err.strip().splitlines()[-1]
+    assert not fake.embedding_requests, "nothing was re-embedded"
+
+
+async def test_piped_chat_fails_when_every_reply_was_an_apology(fake, pg_url, schema):
+    """A script that pipes messages learns from the exit status that none was answered."""
+    env = cli_env(fake, pg_url, schema, COMPANION_MODEL_RETRIES="0")
+    fake.fail_next(500, times=2)
+    run = await run_cli(env, "chat", "--user", "eve", stdin="hello\nare you there?\n")
+    assert run.code == 1, run
+    assert run.out.count("Sorry, I can't think right now") == 2
+    assert run.err.strip().splitlines()[-1] == (
+        "companion: none of the 2 messages was answered (the log says why; `companion doctor` "
+        "checks the model endpoint); they are saved"
+    )
+    fake.fail_next(500)  # one of two fails: the script got an answer, exit 0
+    run = await run_cli(env, "chat", "--user", "eve", stdin="hello\nare you there?\n")
+    assert run.code == 0 and run.out.splitlines()[-1] == "You said: are you there?", run
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+async def test_an_unknown_slash_command_is_answered_here_not_sent(
+    engine, members, fake, monkeypatch
+):
+    """`/foo` in the terminal chat gets the list of commands; the model never sees it."""
+    typed = iter(["/foo", "/Memroy please", "/etc/hosts is a file", "hello", "/quit"])
+    monkeypatch.setattr(builtins, "input", lambda prompt="": next(typed))
+    out = Terminal()
+    assert await run_chat(engine, members, "local", "fay", False, Terminal(), out) == 0
+    shown = out.getvalue()
+    assert f"/foo is not a command here. {HELP}" in shown
+    assert f"/Memroy is not a command here. {HELP}" in shown
+    assert "companion> You said: hello" in shown.replace(BOLD, "").replace(CYAN, "").replace(
+        RESET, ""
+    )
+    doc = await members.admin_export("local", "test", "fay")
+    assert doc is not None
+    texts = [m["content"] for m in doc["messages"] if m["role"] == "user"]
+    assert texts == ["/etc/hosts is a file", "hello"], texts
+    assert not any(
+        "/foo" in json.dumps(body) or "Memroy" in json.dumps(body) for body in fake.requests
+    )

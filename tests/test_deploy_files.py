@@ -7,14 +7,22 @@ and the Services reach only the pods meant for them.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import re
+import sys
+from urllib.parse import urlsplit
+
 import pytest
 import yaml
 from aiohttp import web
 
-from bot.health import add_health_routes
+from bot.health import add_health_routes, serving
 from bot.settings import Settings
 from tests.conftest import ROOT
 from tests.test_docs import settings_read
+from tests.test_run import free_port
 
 K8S = ROOT / "deploy" / "k8s"
 FOR_POSTGRES = {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}  # postgres.yaml's own
@@ -108,3 +116,118 @@ def test_probes_and_ports_are_the_ones_companion_serves():
         assert {p["name"]: p["containerPort"] for p in spec["ports"]} == {"http": port, "ops": ops}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert spec[probe]["httpGet"]["path"] in served, f"{probe} asks for a page not served"
+
+
+# --- the memory inspector, reached as configured (issue 31: links went to localhost) ---------
+
+
+def interpolate(text: str, env: dict[str, str]) -> str:
+    """compose's `${VAR}`, `${VAR:-default}` and `${VAR:?message}`, from `env`."""
+
+    def value(match: re.Match[str]) -> str:
+        name, op, rest = match.group(1), match.group(2), match.group(3) or ""
+        got = env.get(name, "")
+        if op == ":-" and not got:
+            return rest
+        assert op != ":?" or got, f"compose would stop: {rest}"
+        return got
+
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", value, text)
+
+
+def env_example() -> dict[str, str]:
+    pairs = [
+        line.split("=", 1)
+        for line in (ROOT / "deploy" / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    return {key: value for key, value in pairs}
+
+
+def compose(**env: str) -> dict:
+    """compose.yaml as `docker compose` reads it with deploy/.env = .env.example + `env`."""
+    text = (ROOT / "deploy" / "compose.yaml").read_text()
+    return yaml.safe_load(interpolate(text, {**env_example(), **env}))
+
+
+def published(service: dict, container_port: int) -> tuple[str, int]:
+    """(host address, host port) that a service's container port is published on."""
+    for entry in service.get("ports", []):
+        parts = str(entry).split(":")
+        host, outside, inside = (["0.0.0.0"] + parts)[-3:] if len(parts) < 3 else parts
+        if int(inside) == container_port:
+            return host, int(outside)
+    raise AssertionError(f"container port {container_port} is not published")
+
+
+def test_compose_links_reach_the_inspector_with_and_without_the_https_proxy():
+    port = int(env_example()["COMPANION_HTTP_PORT"])
+    plain = compose()  # by the book, no domain yet: links work on the bot's own host
+    url = urlsplit(Settings.from_env(env_of_compose(plain)).base_url)
+    assert (url.scheme, url.hostname) == ("http", "localhost")
+    assert published(plain["services"]["bot"], port) == ("127.0.0.1", url.port)
+
+    public = "https://companion.example.org"
+    served = compose(COMPANION_PUBLIC_URL=public)
+    assert Settings.from_env(env_of_compose(served)).base_url == public
+    proxy = served["services"]["proxy"]
+    assert proxy["profiles"] == ["https"]
+    command = proxy["command"].split()
+    assert command[command.index("--from") + 1] == public  # Caddy serves that address
+    assert command[command.index("--to") + 1] == f"bot:{port}"  # ... from the bot's port
+    assert {published(proxy, 443)[1], published(proxy, 80)[1]} == {443, 80}
+
+
+def env_of_compose(document: dict) -> dict[str, str]:
+    bot = document["services"]["bot"]
+    return {**env_example(), **{k: str(v) for k, v in bot["environment"].items()}}
+
+
+def test_kubernetes_routes_the_public_url_to_the_inspector():
+    resources = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    assert {"ingress.yaml", "service.yaml", "deployment.yaml"} <= set(resources)
+    config = one("configmap.yaml", "ConfigMap")["data"]
+    public = urlsplit(Settings.from_env(config).base_url)
+    assert public.scheme == "https" and public.hostname, "links must go to an https address"
+
+    ingress = one("ingress.yaml", "Ingress")["spec"]
+    assert any(public.hostname in tls["hosts"] for tls in ingress["tls"])
+    (rule,) = [r for r in ingress["rules"] if r["host"] == public.hostname]
+    (path,) = rule["http"]["paths"]
+    assert (path["path"], path["pathType"]) == ("/", "Prefix")  # /signin, /members/...
+    backend = path["backend"]["service"]
+    service = one("service.yaml", "Service")
+    assert backend["name"] == service["metadata"]["name"]
+    (service_port,) = [p for p in service["spec"]["ports"] if p["name"] == backend["port"]["name"]]
+    ports = {
+        p["name"]: p["containerPort"]
+        for p in container(one("deployment.yaml", "Deployment"))["ports"]
+    }
+    assert ports[service_port["targetPort"]] == int(config["COMPANION_HTTP_PORT"])
+
+
+def healthcheck_commands() -> list[list[str]]:
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    (line,) = [x for x in dockerfile.splitlines() if x.startswith("HEALTHCHECK")]
+    image = json.loads(line.split(" CMD ", 1)[1])
+    bot = compose()["services"]["bot"]["healthcheck"]["test"]
+    assert bot[0] == "CMD"
+    return [image, bot[1:]]
+
+
+async def test_the_healthchecks_pass_while_it_serves_and_fail_when_it_does_not():
+    port = free_port()
+    app = add_health_routes(web.Application(), health=None)  # type: ignore[arg-type]
+    env = {**os.environ, "COMPANION_HTTP_PORT": str(port)}
+
+    async def check(command: list[str]) -> int:
+        assert command[0] == "python"
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, *command[1:], env=env, stderr=asyncio.subprocess.DEVNULL
+        )
+        return await proc.wait()
+
+    for command in healthcheck_commands():
+        assert await check(command) != 0, "nothing listens yet"
+        async with serving(app, "127.0.0.1", port):
+            assert await check(command) == 0

@@ -35,3 +35,58 @@ def test_every_setting_is_in_the_env_example():
     present = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
     missing = sorted(settings_read() - present)
     assert missing == [], f"deploy/.env.example lacks {missing}"
+
+
+def test_discord_setup_lists_every_slash_command_the_bot_registers():
+    """Issue 31: the table lacked /memory web, /memory home and /admin web."""
+    import discord
+    from discord import app_commands
+
+    from adapters.discord.commands import add_commands
+
+    tree = app_commands.CommandTree(discord.Client(intents=discord.Intents.none()))
+    add_commands(tree, state=None)  # type: ignore[arg-type]  (only the names are read)
+    registered = set()
+    for command in tree.get_commands():
+        if isinstance(command, app_commands.Group):
+            registered |= {f"{command.name} {sub.name}" for sub in command.commands}
+        else:
+            registered.add(command.name)
+    assert "memory web" in registered and "admin web" in registered
+
+    doc = (ROOT / "deploy" / "discord-setup.md").read_text()
+    table = doc.split("## 5. What members and admins get", 1)[1].split("\n## ", 1)[0]
+    groups = {name.split()[0] for name in registered if " " in name}
+    listed = set()
+    for cell in re.findall(r"^\| `/([^`]+)`", table, re.MULTILINE):
+        words = cell.split()
+        listed.add(" ".join(words[:2]) if words[0] in groups else words[0])
+    assert listed == registered, (
+        f"missing from the table: {sorted(registered - listed)}; "
+        f"not a command: {sorted(listed - registered)}"
+    )
+
+
+def make_dry_run(target: str, venv: str) -> str:
+    import subprocess
+
+    run = subprocess.run(
+        ["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_make_chat_installs_what_runs_and_make_test_the_test_tools(tmp_path):
+    """Issue 31: `make chat` installed playwright, mypy and ruff (230 of 718 MB) to chat, with
+    -q hiding pip's progress."""
+    chat = make_dry_run("chat", str(tmp_path / "venv"))
+    installs = [line for line in chat.splitlines() if "pip install" in line]
+    assert installs and all("[dev]" not in line for line in installs), chat
+    assert all(" -q" not in line for line in installs), "pip's progress is shown"
+    assert chat.rstrip().endswith("companion chat")
+    for target in ("test", "lint"):
+        steps = make_dry_run(target, str(tmp_path / "venv"))
+        assert any("pip install" in x and "'.[dev]'" in x for x in steps.splitlines()), steps
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test" in ci  # CI installs the test tools through it

@@ -11,6 +11,7 @@ import asyncio
 import math
 import os
 import re
+import sys
 from contextlib import aclosing
 
 import openai
@@ -27,6 +28,7 @@ from core.memory.embeddings import EmbeddingWorker
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.runtime.engine import Engine
+from tests.conftest import ROOT
 from tests.fake_openai import calls, default_brain, say, tool_call
 from tests.test_functions import script, shown_results
 
@@ -156,3 +158,19 @@ async def test_only_real_matches_count_and_the_model_is_told_when_nothing_matche
     # no word in common: found by meaning alone, and the far rows are not results
     assert CHIP in meaning.splitlines()[1]
     assert re.match(r"Showing messages: page 1 of 1 \(", meaning), meaning
+
+
+async def test_the_model_writes_nothing_under_home_and_says_nothing(tmp_path):
+    """onnxruntime's telemetry kept a device id under HOME, and where HOME is read-only
+    (Kubernetes' securityContext) warned about it in colour on every start: it is off."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ORT_")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONPATH=str(ROOT))
+    code = "from core.local_embedder import LocalEmbedder; LocalEmbedder().embed_now(['hi'])"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, env=env, stderr=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    _, err = await proc.communicate()
+    assert proc.returncode == 0 and err == b"", err.decode()
+    assert list(home.rglob("*")) == [], "telemetry is off: it has nothing to keep"

@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
@@ -263,7 +264,9 @@ async def test_doctor_passes_against_working_services(fake, pg_url, schema):
         )
         status, out, err = await doctor(env)
     assert status == 0, out
-    assert all(line.startswith("ok  ") for line in out), out
+    *checks, last = out
+    assert all(line.startswith("ok  ") for line in checks), out
+    assert last == f"doctor: {len(checks)} ok, 0 warnings, 0 failures: ready"
     for check in (
         "settings",
         "database: PostgreSQL",
@@ -279,6 +282,7 @@ async def test_doctor_passes_against_working_services(fake, pg_url, schema):
     assert slack.called("auth.test") and fake.requests[0]["max_tokens"] == 1
 
     assert "Traceback" not in err
+    assert "voice" not in err, "Companion never joins a voice channel: no warning about it"
 
 
 async def test_doctor_says_what_is_wrong_without_a_traceback(fake, pg_url, schema):
@@ -346,6 +350,33 @@ async def test_doctor_on_a_database_that_is_down_or_not_migrated(fake, pg_url):
     out = io.StringIO()
     assert await run_doctor({"COMPANION_RATE_LIMIT": "lots"}, out) == 1
     assert out.getvalue().startswith("FAIL settings: COMPANION_RATE_LIMIT must look like")
+
+
+async def test_doctor_on_a_fresh_database_passes_and_ends_with_a_true_summary(fake, pg_url):
+    """The normal first state, a database where pgvector is not created yet (the first
+    command creates it), is no failure; the last line counts what the lines above say."""
+    engine = make_engine(pg_url)
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("DROP DATABASE IF EXISTS doctor_fresh"))
+        await connection.execute(text("CREATE DATABASE doctor_fresh"))
+    await engine.dispose()
+    fresh = make_url(pg_url).set(database="doctor_fresh").render_as_string(hide_password=False)
+    status, out, err = await doctor(cli_env(fake, fresh))
+    vector = next(line for line in out if "pgvector" in line)
+    assert vector.startswith("ok   pgvector: available; the first companion command creates it")
+    assert status == 0, out
+    *checks, last = out
+    levels = [line.split()[0] for line in checks]
+    assert levels.count("FAIL") == 0 and levels.count("ok") > 5 and "Traceback" not in err
+    warned = levels.count("warn")
+    assert last.startswith(
+        f"doctor: {levels.count('ok')} ok, {warned} warning{'s' * (warned != 1)}, 0 failures: "
+    ), out
+
+    status, out, _ = await doctor({"COMPANION_RATE_LIMIT": "lots"})
+    assert status == 1
+    assert out[-1] == "doctor: 0 ok, 0 warnings, 1 failure: fix the FAIL lines above"
 
 
 # --- companion run ---------------------------------------------------------------------------

@@ -151,6 +151,7 @@ async def test_import_into_another_member_and_conflicts(fake, pg_url, schema, sc
     # Into a member who has memory: refused without --replace.
     line = assert_one_line_error(into_bob)
     assert "--replace" in line, line
+    assert f"bob@{TENANT} already has memory" in line and "agent " not in line, line
     # Into a member who had no agent: dave gets alice's memory, and his agent uses it.
     assert into_dave.code == 0, into_dave
     dave_says, bob_now = await asyncio.gather(
@@ -160,6 +161,9 @@ async def test_import_into_another_member_and_conflicts(fake, pg_url, schema, sc
         "I know this: Nothing known yet about this person.\nmy cat is called Miso\n"
     )
     assert bob_now == bob
+    # alice's memory, not her name: an admin's list does not show two "alice".
+    assert alice["display_name"] == "alice"
+    assert (await export(env, "dave"))["display_name"] != "alice"
 
     run = await restore(env, path, "--tenant", TENANT, "--user", "bob", "--replace")
     assert run.code == 0, run
@@ -167,6 +171,7 @@ async def test_import_into_another_member_and_conflicts(fake, pg_url, schema, sc
     assert memory(replaced) == memory(alice)
     assert "chess" not in json.dumps(replaced)
     assert (replaced["tenant"], replaced["user"]) == (TENANT, "bob")
+    assert replaced["display_name"] == "bob"
 
 
 async def test_damaged_export_changes_nothing(fake, pg_url, schema, scratch):

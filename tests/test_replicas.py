@@ -74,7 +74,9 @@ async def test_three_replicas_answer_every_acknowledged_event_once_through_a_kil
                 "SLACK_API_URL": api.base_url,
             }
             at = (now + timedelta(minutes=1)).isoformat()
-            ticks = await asyncio.gather(*(companion(env, "tick", "--now", at) for _ in range(3)))
+            ticks = await asyncio.gather(
+                *(companion(env, "tick", "--now", at, "--apply") for _ in range(3))
+            )
             assert all(run.code == 0 for run in ticks), ticks
             openers = api.called("chat.postMessage")[before:]
             assert sorted(p["channel"] for p in openers) == sorted(f"D{m.user}" for m in people)

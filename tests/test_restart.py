@@ -21,6 +21,7 @@ import psutil
 import pytest
 from sqlalchemy import func, select, text
 
+from bot import idle_stop
 from core.events import EventKind, InboundEvent
 from core.models import Event, Message, Reply
 from tests.conftest import Run, cli_env, companion
@@ -213,9 +214,13 @@ async def test_two_processes_share_one_embedded_postgres(fake, pg_url, scratch):
         }
         assert (data_dir / "postgres" / "PG_VERSION").exists()  # the embedded one was used
 
-        # The last one out stopped the server.
+        # The last one out left it for the next command; once unused, the idle stop ends it
+        # (here at once: no idle time).
+        assert idle_stop.postmaster_pid(data_dir) is not None
+        await asyncio.to_thread(idle_stop.watch, data_dir, 0.0)
+
         async def stopped() -> bool:
-            return not postgres_processes(data_dir)
+            return not [p for p in postgres_processes(data_dir) if "idle_stop" not in p.cmdline()]
 
         assert await _until(stopped, 5), postgres_processes(data_dir)
     finally:

@@ -1,6 +1,6 @@
 """Operators' view of openers: `companion openers list` and `companion tick --now`, end to
 end through the CLI (run in this process), delivering on Slack or waiting for a terminal
-member."""
+member; `tick --now` is a dry run unless `--apply`."""
 
 from datetime import datetime, timedelta
 
@@ -35,15 +35,18 @@ async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
     await companion(env, "chat", "--user", "ana", stdin="remember that I am learning Greek\n")
     listing = await companion(env, "openers", "list")
     assert "local\tana\t" in listing and "after their last message" in listing
+    header, *rows = listing.splitlines()
+    assert header == "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"
+    assert all(len(row.split("\t")) == len(header.split("\t")) for row in rows)
     due = due_time(listing, "ana")
     assert await companion(env, "openers", "list", "--due") == "no openers scheduled\n"
     now = (due + timedelta(minutes=1)).isoformat()
     assert "ana" in await companion(env, "openers", "list", "--due", "--now", now)
-    report = await companion(env, "tick", "--now", now)
+    report = await companion(env, "tick", "--now", now, "--apply")
     assert "1 openers (0 sent, 0 silent, 1 waiting for the member)" in report
     shown = await companion(env, "chat", "--user", "ana")
     assert shown.strip() == "Thinking of you! (I am learning Greek)"
-    again = await companion(env, "tick", "--now", now)
+    again = await companion(env, "tick", "--now", now, "--apply")
     assert "0 openers" in again, "the unanswered opener is not repeated"
 
 
@@ -53,7 +56,7 @@ async def test_tick_after_downtime_says_it_re_spread_the_overdue_openers(fake, p
     await companion(env, "chat", "--user", "bo", stdin="remember that I run on Sundays\n")
     due = due_time(await companion(env, "openers", "list"), "bo")
     late = due + timedelta(days=2)  # the bot was down when it fell due
-    report = await companion(env, "tick", "--now", late.isoformat())
+    report = await companion(env, "tick", "--now", late.isoformat(), "--apply")
     assert report.startswith(f"{late:%Y-%m-%d %H:%M}Z: 0 openers")
     assert "1 long-overdue openers re-spread between" in report and "instead of sent" in report
     moved = due_time(await companion(env, "openers", "list"), "bo")
@@ -74,9 +77,48 @@ async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
             stdin="remember that my exam is on Monday\n",
         )
         due = due_time(await companion(env, "openers", "list"), "U1")
-        report = await companion(env, "tick", "--now", (due + timedelta(minutes=2)).isoformat())
+        at = (due + timedelta(minutes=2)).isoformat()
+        report = await companion(env, "tick", "--now", at, "--apply")
         assert "1 sent" in report
         posts = api.called("chat.postMessage")
         assert [(p["channel"], p["text"]) for p in posts] == [
             ("DU1", "Thinking of you! (my exam is on Monday)")
         ]
+
+
+async def test_tick_now_is_a_dry_run_unless_apply(fake, pg_url, schema):
+    """ "What would happen then" changes nothing: no model call, the schedule as it was."""
+    fake.brain = opener_brain
+    env = cli_env(fake, pg_url, schema)
+    await companion(env, "chat", "--user", "cy", stdin="remember that I sing in a choir\n")
+    await companion(env, "chat", "--user", "di", stdin="remember that I fly kites\n")
+    before = await companion(env, "openers", "list")
+    due = max(due_time(before, "cy"), due_time(before, "di"))
+    now = (due + timedelta(minutes=1)).isoformat()
+    calls = len(fake.requests)
+
+    preview = await companion(env, "tick", "--now", now)
+    assert "would run opener for cy@local" in preview and "would run opener for di@local" in preview
+    last_line = preview.strip().splitlines()[-1]
+    assert "dry run, nothing changed; --apply runs it" in last_line and "2 openers due" in last_line
+    assert await companion(env, "openers", "list") == before, "a dry run moved the schedule"
+    assert len(fake.requests) == calls, "a dry run called the model"
+    assert await companion(env, "tick", "--now", now) == preview, "and it can be asked again"
+    late = (due + timedelta(days=3)).isoformat()
+    assert "2 long-overdue openers would be re-spread" in await companion(
+        env, "tick", "--now", late
+    )
+    assert await companion(env, "openers", "list") == before
+
+    applied = await companion(env, "tick", "--now", now, "--apply")
+    assert "2 openers (0 sent, 0 silent, 2 waiting for the member)" in applied
+    assert await companion(env, "openers", "list") != before, "--apply runs the pass for good"
+
+
+async def test_tick_help_says_now_is_a_dry_run(fake, pg_url):
+    run = await run_cli(cli_env(fake, pg_url), "tick", "--help")
+    assert run.code == 0
+    words = " ".join(run.out.split())
+    assert "dry run" in words and "--apply" in words
+    refused = await run_cli(cli_env(fake, pg_url), "tick", "--apply")
+    assert refused.code == 2 and "--apply goes with --now" in refused.err

@@ -4,6 +4,7 @@ and what every response carries, over plain HTTP. The pages themselves: test_bro
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from datetime import date
 
@@ -101,6 +102,12 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err
+    # One line per event, at the default INFO: it listens, it stops, it stopped.
+    said = [json.loads(line)["message"] for line in err.decode().splitlines()]
+    assert said[0].startswith(f"inspector on 127.0.0.1:{port}, links to ") and said[1:] == [
+        "stopping",
+        "stopped",
+    ], said
 
 
 async def seed_one(engine) -> None:

@@ -146,7 +146,7 @@ class CompanionClient(discord.Client):
         except discord.HTTPException:
             log.exception("could not sync the slash commands")
             return
-        log.info("synced %d slash commands", len(commands))
+        log.debug("synced %d slash commands", len(commands))
 
     async def on_ready(self) -> None:
         self.announce()
@@ -164,7 +164,8 @@ class CompanionClient(discord.Client):
         )
 
     async def on_disconnect(self) -> None:
-        self.on_status("retrying", "the gateway connection dropped; reconnecting")
+        if not self.is_closed():  # closing it (a clean stop) drops it too: no news
+            self.on_status("retrying", "the gateway connection dropped; reconnecting")
 
     async def on_resumed(self) -> None:
         self.on_status("connected", f"reconnected as {self.user} (session resumed)")

@@ -129,7 +129,8 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         engine.activity.start(work, f"Discord catch-up of shard {shard}")
 
     async def on_shard_disconnect(self, shard: int) -> None:
-        self.on_shard_status(shard, "retrying", "the gateway connection dropped; reconnecting")
+        if not self.is_closed():  # closing it (a clean stop) drops it too: no news
+            self.on_shard_status(shard, "retrying", "the gateway connection dropped; reconnecting")
 
     async def on_shard_resumed(self, shard: int) -> None:
         self.on_shard_status(shard, "connected", "reconnected (session resumed)")

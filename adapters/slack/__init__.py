@@ -18,6 +18,8 @@ the community's memory waits out its grace period).
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import ClientSession
 from slack_bolt.async_app import AsyncApp
 from slack_sdk.web.async_client import AsyncWebClient
@@ -43,6 +45,10 @@ def build_slack_app(
     base_url = api_url or AsyncWebClient.BASE_URL
     client = AsyncWebClient(token=token, base_url=base_url, session=session)
     app = AsyncApp(
+        # Bolt's loggers, under `slack_bolt` (else Bolt copies the root's level onto them and
+        # narrates each Socket Mode session at INFO): the process's log settings rule them.
+        name="slack_bolt.companion",
+        logger=logging.getLogger("slack_bolt.AsyncApp"),
         client=client,
         signing_secret=signing_secret,
         request_verification_enabled=signing_secret is not None,

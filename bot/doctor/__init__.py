@@ -10,8 +10,8 @@
     Discord    GET /users/@me with DISCORD_TOKEN; the privileged intents the bot needs
 
 Each check prints one line, `ok  …`, `warn …` (works, but weaker than it should be) or
-`FAIL …`, with what to do about it. Nothing is changed anywhere (no migrations, no
-messages; probes roll back). Exit status 0 when no check fails.
+`FAIL …`, with what to do about it, and a last line counts them. Nothing is changed
+anywhere (no migrations, no messages; probes roll back). Exit status 0 when no line is FAIL.
 """
 
 from __future__ import annotations
@@ -46,13 +46,29 @@ def check_settings(env: Mapping[str, str]) -> tuple[Settings | None, Result]:
     return settings, ok("settings: the environment parses")
 
 
+def summary(results: list[Result]) -> str:
+    """The last line: how many of each, and what follows from them."""
+    levels = [r.level for r in results]
+    warnings, failures = levels.count("warn"), levels.count("FAIL")
+    counts = (
+        f"doctor: {levels.count('ok')} ok, {warnings} warning{'s' * (warnings != 1)}, "
+        f"{failures} failure{'s' * (failures != 1)}"
+    )
+    if failures:
+        return f"{counts}: fix the FAIL lines above"
+    if warnings:
+        return f"{counts}: it works; the warn lines say what would make it better"
+    return f"{counts}: ready"
+
+
 async def run_doctor(env: Mapping[str, str], out: TextIO) -> int:
-    """Print one line per check; 0 when all pass, 1 otherwise."""
+    """Print one line per check and a summary; 0 when no line is FAIL, 1 otherwise."""
     settings, result = check_settings(env)
     print(result.line(), file=out, flush=True)
-    if settings is None:
-        return 1
     results = [result]
+    if settings is None:
+        print(summary(results), file=out, flush=True)
+        return 1
     for check in CHECKS:
         try:
             found = await check(settings)
@@ -61,4 +77,5 @@ async def run_doctor(env: Mapping[str, str], out: TextIO) -> int:
         for result in found:
             print(result.line(), file=out, flush=True)
         results += found
+    print(summary(results), file=out, flush=True)
     return 0 if all(r.ok for r in results) else 1

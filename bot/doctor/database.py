@@ -11,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from bot import idle_stop
 from bot.database import (
     ADMIN_SQL,
     APP_ROLE,
@@ -37,8 +38,9 @@ def _migrations(connection: Connection) -> tuple[set[str], set[str], set[str]]:
     return set(MigrationContext.configure(connection).get_current_heads()), newest, known
 
 
-async def _missing_vector(connection: AsyncConnection) -> str:
-    """Why pgvector is not in this database, and who can fix it."""
+async def _missing_vector(connection: AsyncConnection) -> Result:
+    """Why pgvector is not in this database, and who can fix it: a fresh database where
+    Companion may create it is the normal first state, not a failure."""
     available, creatable, database = (
         await connection.execute(
             text(
@@ -50,14 +52,14 @@ async def _missing_vector(connection: AsyncConnection) -> str:
         )
     ).one()
     if not available:
-        return (
+        return fail(
             "pgvector: not installed on this PostgreSQL server; install pgvector "
             "(https://github.com/pgvector/pgvector) or leave DATABASE_URL unset to use "
             "the embedded database"
         )
     if creatable:
-        return "pgvector: available but not created yet; `companion run` creates it on start"
-    return (
+        return ok("pgvector: available; the first companion command creates it in this database")
+    return fail(
         f"pgvector: not created in database {database}, and this user may not create it; an "
         f"admin runs once, connected to {database}: {ADMIN_SQL} ({MANAGED})"
     )
@@ -92,7 +94,7 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
     )
     if version is None:
-        results.append(fail(await _missing_vector(connection)))
+        results.append(await _missing_vector(connection))
         return results
     held = None
     if await connection.scalar(text("SELECT to_regclass('meta') IS NOT NULL")):
@@ -203,7 +205,9 @@ async def check_database(settings: Settings) -> list[Result]:
     )
     try:
         async with asyncio.timeout(TIMEOUT * 2):  # the embedded server may have to start
-            async with database_server(settings.database_url, settings.data_dir) as url:
+            async with database_server(
+                settings.database_url, settings.data_dir, keep_warm=idle_stop.may_outlive()
+            ) as url:
                 engine = make_engine(url, settings.db_schema, pool_size=1)
                 try:
                     async with engine.connect() as connection:

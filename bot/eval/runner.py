@@ -91,7 +91,9 @@ async def _schema(url: str, statement: str) -> None:
 async def _run(app: App, args: argparse.Namespace) -> Report:
     progress = Progress(args.task)
     judge = OpenAIChat(
-        app.client, args.judge_model or app.settings.model or "", retries=app.settings.model_retries
+        app.endpoint.client(),
+        args.judge_model or app.settings.model or "",
+        retries=app.settings.model_retries,
     )
     if args.task == "nested-kv":
         if not args.data.is_dir():

@@ -67,5 +67,7 @@ async def serve_web(app: App, stop: asyncio.Event | None = None) -> int:
             settings.base_url,
         )
         await stop.wait()
+        log.info("stopping")
         health.started = False
+    log.info("stopped")
     return 0

@@ -20,8 +20,6 @@ from datetime import datetime
 from pathlib import PurePath
 from typing import Any
 
-from pypdf.errors import PyPdfError
-
 from core.errors import UploadRejected
 from core.events import clean_text
 from core.memory.store import AgentStore
@@ -108,8 +106,16 @@ def _string_bytes(page: Any) -> int:
     return total
 
 
+def _pdf_error() -> type[Exception]:
+    """pypdf's error class, imported with pypdf itself: only when a PDF is read."""
+    from pypdf.errors import PyPdfError
+
+    return PyPdfError
+
+
 def _pdf_text(data: bytes, name: str) -> str:
     from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -167,7 +173,7 @@ def extract_text(filename: str, data: bytes) -> str:
         text = _extract(kind, data, name)
     except UploadRejected:
         raise
-    except (RecursionError, ValueError, csv.Error, UnicodeError, PyPdfError, MemoryError):
+    except (RecursionError, ValueError, csv.Error, UnicodeError, MemoryError, _pdf_error()):
         raise UploadRejected(f"{name} is damaged or too complex for me to read") from None
     text = clean_text(text).strip()
     if len(text) > MAX_EXTRACTED_CHARS:

@@ -266,11 +266,13 @@ async def import_agent(
     embedder: Embedder | None = None,
     replace: bool = False,
     progress: Progress | None = None,
+    member: str | None = None,
 ) -> dict[str, int]:
-    """Restore an export into the agent at `scope`; returns what was restored, by kind."""
+    """Restore an export into the agent at `scope` (`member`, as a person names it);
+    returns what was restored, by kind."""
     existing = await _has_memory(session, scope)
     if existing and not replace:
-        raise ImportConflict(scope.agent_id, existing)
+        raise ImportConflict(member or f"agent {scope.agent_id}", existing)
     store = AgentStore(session, scope, config.max_message_tokens)
     await store.clear()
     await _restore(store, export, config, now, embedder, progress or _quiet)

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
@@ -37,7 +37,7 @@ from core.members import browse
 from core.members.admission import Admission
 from core.members.audit import record
 from core.members.dm_homes import DmHomes
-from core.members.portability import Export, export_agent, import_agent
+from core.members.portability import Export
 from core.members.profiles import Profiles
 from core.members.spending import MemberDay, member_days
 from core.members.zones import ProfileZones, parse_timezone
@@ -47,6 +47,9 @@ from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder, Progress
 from core.schedule.planning import plan_for, replan
 from core.scope import Scope, enter_scope
+
+if TYPE_CHECKING:
+    from core.members.portability import Export
 
 SEARCH_PAGE = 10
 
@@ -230,6 +233,8 @@ class Members:
     async def export(self, tenant: str, user: str) -> dict[str, Any] | None:
         async with self.sessions() as session:
             scope = await find_agent(session, tenant, user)
+            from core.members.portability import export_agent  # pydantic models: on use
+
             return await export_agent(session, scope) if scope else None
 
     async def forget(self, tenant: str, user: str) -> bool:
@@ -311,12 +316,26 @@ class Members:
         Raises `ImportConflict` when the member has memory and `replace` is not set; then
         nothing is written.
         """
+        # The name is the export's member's: another member keeps their own.
+        same = (tenant, user) == (export.tenant, export.user)
         async with self.sessions() as session, session.begin():
-            scope = await ensure_agent(session, tenant, user, self.config, export.display_name)
+            scope = await ensure_agent(
+                session, tenant, user, self.config, export.display_name if same else None
+            )
             store = AgentStore(session, scope, self.config.max_message_tokens)
             await store.lock_agent()  # a running turn finishes first
+            from core.members.portability import import_agent
+
             counts = await import_agent(
-                session, scope, export, self.config, self.clock(), self.embedder, replace, progress
+                session,
+                scope,
+                export,
+                self.config,
+                self.clock(),
+                self.embedder,
+                replace,
+                progress,
+                f"{user}@{tenant}",
             )
             await self._audit_in(
                 session, tenant, actor, "import", user, {**counts, "replace": replace}

@@ -1,6 +1,7 @@
 """One scheduler pass: claim what is due, let each claimed agent think, deliver openers.
 
     tick(engine, now, platforms) -> TickReport
+    preview(engine, now) -> Claims     what a pass at `now` would claim; nothing changes
 
 The claims themselves (what is due, locked with SKIP LOCKED, one scheduled event each) are
 `core.schedule.planning.claim_due`; this module drives the engine with them, so it sits
@@ -17,7 +18,7 @@ from datetime import datetime
 from core.errors import NoPlatform
 from core.ports import Platforms
 from core.runtime.engine import Engine
-from core.schedule.planning import Claim, claim_due
+from core.schedule.planning import Claim, Claims, claim_due
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,17 @@ async def _run(engine: Engine, claim: Claim, platforms: Platforms | None) -> str
         return "undelivered"
     sent = await _deliver(engine, claim, platforms, claim.event_id in handled)
     return "sent" if sent else "undelivered"
+
+
+async def preview(engine: Engine, now: datetime) -> Claims:
+    """What a pass at `now` would claim and re-spread, found by claiming in a transaction
+    that is rolled back: the same rules as `tick`, no model call, the schedule unchanged."""
+    async with engine.sessions() as session:
+        transaction = await session.begin()
+        try:
+            return await claim_due(session, now, engine.mind.config.schedule)
+        finally:
+            await transaction.rollback()
 
 
 async def _deliver(engine: Engine, claim: Claim, platforms: Platforms, fresh: bool) -> bool:

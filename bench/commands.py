@@ -1,0 +1,165 @@
+"""How long every `companion` command takes, as an operator runs it: a new process each time,
+on the embedded database (no DATABASE_URL), with the built-in local embedder.
+
+    python bench/commands.py [--runs 3] [--companion .venv/bin/companion]
+
+For each command: the seconds until its first line (stdout or stderr) and until it exits,
+the median of --runs warm runs (the embedded database already initialised; each command
+runs once first, unmeasured), and the very first command of all (cold: initdb and the
+migrations). The model is tests.fake_openai on loopback, so `chat` measures Companion, not a
+model. `run` and `web` are servers: their time is to their first log line, then SIGTERM.
+CPU is the process's own user + system time (and its children's: pg_ctl when it starts
+the server), which other work on the machine inflates less than wall time. The targets
+(issue 31): first line within 1 s, done within 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import machine, revision
+from tests.fake_openai import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commands(scratch: Path) -> list[tuple[str, list[str], str]]:
+    """(label, arguments, stdin) of every command, in an order where each has what it needs."""
+    export = str(scratch / "ana.json")
+    return [
+        ("--version", ["--version"], ""),
+        ("--help", ["--help"], ""),
+        ("chat (piped, 1 message)", ["chat", "--user", "ana"], "hello\n"),
+        ("export", ["export", "--tenant", "local", "--user", "ana", "-o", export], ""),
+        (
+            "import --replace",
+            ["import", export, "--tenant", "local", "--user", "bo", "--replace"],
+            "",
+        ),
+        ("reset --yes", ["reset", "--tenant", "local", "--user", "bo", "--yes"], ""),
+        ("link --user", ["link", "--tenant", "local", "--user", "ana"], ""),
+        ("link --admin", ["link", "--tenant", "local", "--admin"], ""),
+        ("openers list", ["openers", "list"], ""),
+        ("tick --dry-run", ["tick", "--dry-run"], ""),
+        ("tick", ["tick"], ""),
+        ("usage", ["usage"], ""),
+        ("reembed --missing", ["reembed", "--missing"], ""),
+        ("tenant erase (none)", ["tenant", "erase", "slack:TNONE", "--yes"], ""),
+        ("doctor", ["doctor"], ""),
+        ("web (to first line)", ["web"], ""),
+    ]
+
+
+async def timed(
+    companion: str, args: list[str], stdin: str, env: dict
+) -> tuple[float, float, int, float]:
+    """(seconds to the first output, seconds to exit, exit status, CPU seconds it used)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        companion,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    first: float | None = None
+    server = args[0] in ("web", "run")
+
+    async def watch(stream: asyncio.StreamReader) -> None:
+        nonlocal first
+        while await stream.read(4096):
+            if first is None:
+                first = time.perf_counter() - started
+                if server:
+                    proc.send_signal(signal.SIGTERM)
+
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.write(stdin.encode())
+    proc.stdin.close()
+    await asyncio.gather(watch(proc.stdout), watch(proc.stderr))
+    code = await proc.wait()
+    done = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return (first if first is not None else done), done, code, cpu
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3, help="warm runs per command (median)")
+    parser.add_argument("--companion", default=str(ROOT / ".venv" / "bin" / "companion"))
+    args = parser.parse_args()
+    print(f"{machine()}; code {revision()}; {args.runs} warm runs per command")
+    with tempfile.TemporaryDirectory(prefix="companion-bench-commands-") as scratch:
+        async with FakeOpenAI() as fake:
+            ours = ("OPENAI_", "COMPANION_")
+            env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
+            env.pop("DATABASE_URL", None)
+            env.update(
+                OPENAI_BASE_URL=fake.base_url,
+                OPENAI_API_KEY="bench",
+                COMPANION_MODEL="fake",
+                COMPANION_DATA_DIR=str(Path(scratch) / "data"),
+                COMPANION_HTTP_HOST="127.0.0.1",
+                COMPANION_HTTP_PORT=str(free_port()),
+            )
+            listed = commands(Path(scratch))
+            cold = await timed(args.companion, ["usage"], "", env)
+            print(f"cold start (initdb, migrations): usage took {cold[1]:.2f} s\n")
+            print(f"{'command':<26} {'first line':>10} {'done':>8} {'CPU':>7}  exit")
+            worst_first = worst_done = 0.0
+            for label, argv, stdin in listed:
+                await timed(args.companion, argv, stdin, env)  # warm it (and its data)
+                runs = [await timed(args.companion, argv, stdin, env) for _ in range(args.runs)]
+                first = statistics.median(r[0] for r in runs)
+                done = statistics.median(r[1] for r in runs)
+                cpu = statistics.median(r[3] for r in runs)
+                codes = sorted({r[2] for r in runs})
+                print(f"{label:<26} {first:>9.2f}s {done:>7.2f}s {cpu:>6.2f}s  {codes}")
+                if argv[0] not in ("--version", "--help"):
+                    worst_first, worst_done = max(worst_first, first), max(worst_done, done)
+            print(
+                f"\nslowest database command: first line {worst_first:.2f} s, "
+                f"done {worst_done:.2f} s"
+            )
+            await stop_warm_server(Path(scratch) / "data")
+
+
+async def stop_warm_server(data: Path) -> None:
+    """Stop an embedded server left running for the next command, before its folder goes."""
+    pid_file = data / "postgres" / "postmaster.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text().split()[0])
+        try:
+            os.kill(pid, signal.SIGINT)  # Postgres' fast shutdown
+        except ProcessLookupError:
+            return
+        for _ in range(100):
+            if not pid_file.exists():
+                return
+            await asyncio.sleep(0.1)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
