@@ -10,6 +10,7 @@ first calls the model: most never do.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager, nullcontext
 from dataclasses import dataclass
