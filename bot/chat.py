@@ -89,7 +89,7 @@ async def _say(
     engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool
 ) -> bool:
     """Send one message and show the replies; False when the turn failed (the member got
-    an apology instead of an answer)."""
+    an apology, or a notice that the model is down, instead of an answer)."""
     if tty:
         out.write(f"{DIM}companion is thinking…{RESET}")
         out.flush()
@@ -109,7 +109,9 @@ async def _say(
     for reply in earlier + exchange.replies:
         out.write(f"{CYAN}{BOLD}companion>{RESET} {reply}\n" if tty else f"{reply}\n")
     out.flush()
-    return exchange.result is None or exchange.result.error is None
+    if exchange.result is None:  # handled by another process, or waiting behind one
+        return bool(exchange.replies)  # that waits for the model
+    return exchange.result.error is None
 
 
 async def run_chat(

@@ -22,7 +22,8 @@ from sqlalchemy.exc import DBAPIError
 
 from bot import idle_stop
 from bot.app import App, open_app
-from bot.observability import configure_logging, log_options, redact
+from bot.log_filters import redact
+from bot.observability import configure_logging, log_options
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 

@@ -42,7 +42,7 @@ def test_discord_setup_lists_every_slash_command_the_bot_registers():
     import discord
     from discord import app_commands
 
-    from adapters.discord.commands import add_commands
+    from adapters.discord.tree import add_commands
 
     tree = app_commands.CommandTree(discord.Client(intents=discord.Intents.none()))
     add_commands(tree, state=None)  # type: ignore[arg-type]  (only the names are read)

@@ -106,7 +106,7 @@ async def test_start_a_turn_and_stop_log_one_line_each_and_the_docs_quote_them(
         said = await run_and_stop(env, lambda status, body: status == 200, a_turn)
         assert sorted(said) == sorted(
             [
-                f"INFO serving on 127.0.0.1:{port} (health, metrics, inspector)",
+                f"INFO serving on 127.0.0.1:{port} (health, inspector)",
                 next(line for line in said if line.startswith("INFO Discord: connected as ")),
                 next(line for line in said if line.startswith("INFO Slack: connected as @")),
                 "INFO stopping: no new events; up to 30s for turns in flight",
@@ -126,6 +126,7 @@ async def test_start_a_turn_and_stop_log_one_line_each_and_the_docs_quote_them(
         env = slack_http_env(fake, pg_url, schema, slack, port, COMPANION_PUBLIC_URL=public)
         del env["SLACK_BOT_TOKEN"]
         env.update(SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="shh")
+        env["COMPANION_SECRET_KEY"] = "k" * 32  # the tokens installs keep are sealed with it
         said = await run_and_stop(env, lambda s, b: s == 200)
         seen += as_documented(said, port, public)
 

@@ -104,6 +104,9 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
     assert b"Traceback" not in err
     # One line per event, at the default INFO: it listens, it stops, it stopped.
     said = [json.loads(line)["message"] for line in err.decode().splitlines()]
+    ops = [s for s in said if s.startswith("operations (/readyz, /metrics) on 127.0.0.1:")]
+    said = [s for s in said if s not in ops]
+    assert len(ops) == 1, ops  # the details on their own listener, said once
     assert said[0].startswith(f"inspector on 127.0.0.1:{port}, links to ") and said[1:] == [
         "stopping",
         "stopped",

@@ -14,7 +14,7 @@ import openai
 
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
-from bot.observability import redact
+from bot.log_filters import redact
 from bot.settings import Settings
 from core.errors import CompanionError, EmbeddingError, ModelError, ModelSetupError
 from core.llm import OpenAIChat

@@ -8,7 +8,7 @@ import aiohttp
 
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
-from bot.observability import redact
+from bot.log_filters import redact
 from bot.settings import Settings
 
 SLACK_URL = "https://slack.com/api/"

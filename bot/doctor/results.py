@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bot.observability import redact
+from bot.log_filters import redact
 
 TIMEOUT = 15.0  # seconds for one check's network call
 
