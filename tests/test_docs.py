@@ -6,6 +6,7 @@ in the code is a setting nobody can find.
 
 from __future__ import annotations
 
+import os
 import re
 
 from tests.conftest import ROOT
@@ -70,8 +71,14 @@ def test_discord_setup_lists_every_slash_command_the_bot_registers():
 def make_dry_run(target: str, venv: str) -> str:
     import subprocess
 
+    # As a person types it: not as a sub-make of `make test` (MAKELEVEL, MAKEFLAGS).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     run = subprocess.run(
-        ["make", "-n", target, f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True
+        ["make", "--no-print-directory", "-n", target, f"VENV={venv}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert run.returncode == 0, run.stderr
     return run.stdout

@@ -156,7 +156,7 @@ async def test_only_real_matches_count_and_the_model_is_told_when_nothing_matche
         "close to its meaning."
     )
     # no word in common: found by meaning alone, and the far rows are not results
-    assert CHIP in meaning.splitlines()[1]
+    assert CHIP in meaning  # on its first page (the order among near rows may vary)
     assert re.match(r"Showing messages: page 1 of 1 \(", meaning), meaning
 
 
