@@ -26,7 +26,7 @@ from core.events import EventKind, EventStatus, InboundEvent
 from core.models import Event
 from core.runtime.apologies import WAITING_NOTICE
 from core.wire.outage import LONGEST_WAIT
-from tests.fake_openai import default_brain
+from tests.fake_openai import completion, default_brain
 from tests.rigs import slack_message, slack_rig
 
 
@@ -141,3 +141,19 @@ async def test_the_terminal_shows_what_waited_before_the_next_answer(engine, mem
     later = io.StringIO()
     await run_chat(engine, members, "local", "ana", False, io.StringIO("three\n"), later)
     assert later.getvalue().splitlines() == ["You said: one", "You said: two", "You said: three"]
+
+
+async def test_an_answer_in_plain_words_after_an_outage_reaches_the_member(
+    engine, members, fake, clock
+):
+    """Found by the chaos campaign: the notice is stored as a reply to the waiting message,
+    and the turn that went on once the model was back counted it as its own answer, so a
+    model answering in plain words (no send_message) was taken for thinking aloud."""
+    async with slack_rig(Services(engine, members), users=("U1",)) as slack:
+        fake.down = 503
+        await slack.dispatch(slack_message(text="are you there?"))
+        fake.down = None
+        fake.brain = lambda body: completion("Here I am, sorry for the wait.")
+        clock.advance(seconds=LONGEST_WAIT)
+        await backlog(engine, slack)
+        assert texts(slack) == [WAITING_NOTICE, "Here I am, sorry for the wait."]

@@ -22,6 +22,14 @@ from core.memory.window import tools_tokens
 from core.ports import ChatModel, Completion, Counter, Embedder, Metrics, NoMetrics, Timer
 from core.wire.health import WireHealth
 
+# What a member hears while their message waits for a model that is down (once per outage).
+# It is stored as a reply to the message, but it is the engine's, not the turn's: a turn that
+# goes on once the model is back does not count it as something it said.
+WAITING_NOTICE = (
+    "I can't reach the model I think with right now. I have your message and will answer "
+    "as soon as it is back."
+)
+
 
 @dataclass(frozen=True)
 class Step:

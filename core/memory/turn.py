@@ -26,6 +26,7 @@ from core.errors import MalformedOutput, ModelOutputError, ModelTimeout, PromptT
 from core.events import EventKind, clean_text, trigger_fields
 from core.memory.executor import SCHEMAS, execute
 from core.memory.mind import (  # noqa: F401  (Mind and the results are the turn's words)
+    WAITING_NOTICE,
     CallUsage,
     MeteredModel,
     Mind,
@@ -154,7 +155,8 @@ class Turn:
             tools.may_send = False  # tidying memory, not talking
             max_steps = min(max_steps, config.schedule.upkeep_steps)
         if resumed:  # what the earlier try said and did stays said and done
-            tools.sent = await self.store.replies_to(self.event.id)
+            said = await self.store.replies_to(self.event.id)
+            tools.sent = [text for text in said if text != WAITING_NOTICE]
             self.written = (len(tools.sent), 0)
             max_steps -= self.context.steps_taken()
         for _ in range(max(max_steps, 0)):

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from core.errors import ModelError, ModelSetupError
 
-# A model that is down (unreachable, 5xx, 429 past retries, timing out): the message waits
-# for it, and the member hears this once per outage.
-WAITING_NOTICE = (
-    "I can't reach the model I think with right now. I have your message and will answer "
-    "as soon as it is back."
-)
+# A model that is down: the message waits for it, and the member hears this once per
+# outage (core.memory.mind keeps the words: a turn that goes on later is not fooled by it).
+from core.memory.mind import WAITING_NOTICE as WAITING_NOTICE  # noqa: E402
+
 # ... unless the outage outlasts COMPANION_OUTAGE_MINUTES.
 UNANSWERED_REPLY = (
     "Sorry, I could not answer your message from {when}: the model I think with was "
