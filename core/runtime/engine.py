@@ -49,7 +49,7 @@ from core.models import Event
 from core.ports import Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
-from core.runtime.handling import DEFERRED, Handler, agent_events
+from core.runtime.handling import Handler, agent_events, waits_for_model
 from core.runtime.outbox import Outbox
 from core.runtime.pictures import Pictures, Vision
 from core.runtime.presence import Checkpoint, Claim, Presence
@@ -327,7 +327,7 @@ class Engine:
             ).first()
         if row is None or row.status != EventStatus.PENDING:
             return False
-        return not (row.error or "").startswith(DEFERRED)
+        return not waits_for_model(row.error)
 
     async def aclose(self) -> None:
         """Let go of the process's presence in the database (its claims go with it)."""

@@ -43,8 +43,13 @@ DEFERRED = "waiting for the model: "  # the error of an event that waits for a m
 UNANSWERED = "unanswered: the model was down for too long"
 
 
+def waits_for_model(error: str | None) -> bool:
+    """Does an event's `error` say it waits for a model that is down?"""
+    return (error or "").startswith(DEFERRED)
+
+
 def _waited_too_long(event: Event, now: datetime, limit: timedelta) -> bool:
-    return (event.error or "").startswith(DEFERRED) and now - event.created_at > limit
+    return waits_for_model(event.error) and now - event.created_at > limit
 
 
 def _unanswered(event: Event) -> str:
@@ -194,7 +199,7 @@ class Handler:
             )
         )
         messages = [e for e in pending if e.kind == EventKind.USER_MESSAGE]
-        told = any((e.error or "").startswith(DEFERRED) for e in messages)
+        told = any(waits_for_model(e.error) for e in messages)
         for waiting in pending:
             waiting.error = why
         if messages and not told:
