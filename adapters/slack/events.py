@@ -30,7 +30,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import Services
-from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
+from adapters.inbound import SharedFile, follow_up, message_event, never_failing
 from adapters.slack.later import after_ack
 from adapters.slack.posting import post_reply
 from core.companion import Where
@@ -204,24 +204,28 @@ async def handle_message(
     where: Where,
 ) -> None:
     """Store the message (if the companion answers it there), and nothing else: Slack
-    hears "received" when this returns."""
+    hears "received" when this returns. One transaction asks the admins' rules, finds the
+    member's agent and stores the event; meanwhile the work after earlier acknowledgements
+    waits (`Activity.receiving`)."""
     if not message.words and not message.files:
         return
     engine = services.engine
     send = sender(client, message.channel, message.thread_ts)
-    verdict = await services.members.admission.admit(message.tenant, message.user, where)
-    if not verdict.answer:
-        if verdict.notice:
-            after_ack(services, client, body, never_failing(send)(verdict.notice))
-        return
-    async with engine.activity.working():
-        scope = await engine.agent(message.tenant, message.user)
+    admit = partial(services.members.admission.admit, message.tenant, message.user, where)
+    async with engine.activity.receiving():
         try:
-            event_id = await take(engine, scope, message.event(), bool(message.files))
+            taken = await engine.take(
+                message.tenant, message.user, message.event(), bool(message.files), admit
+            )
         except EventTooLarge as error:
             after_ack(services, client, body, never_failing(send)(str(error)))
             return
-        after_ack(services, client, body, answer(services, client, message, scope, event_id))
+        if taken.scope is None or taken.event_id is None:
+            if taken.admitted.notice:
+                after_ack(services, client, body, never_failing(send)(taken.admitted.notice))
+            return
+        work = answer(services, client, message, taken.scope, taken.event_id)
+        after_ack(services, client, body, work)
 
 
 async def answer(
@@ -321,7 +325,7 @@ def register_events(app: AsyncApp, services: Services) -> None:
             asked,
             f"slack:join:{tenant}:{user['id']}",
         )
-        async with engine.activity.working():
+        async with engine.activity.receiving():
             scope = await engine.agent(tenant, user["id"], user.get("real_name"))
             event_id = await engine.submit(scope, welcome)
             after_ack(services, client, body, welcome_by_dm(engine, client, scope, event_id, user))

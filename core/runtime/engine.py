@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,6 +40,7 @@ from core.directory import ensure_agent
 from core.errors import ClaimLost, CompanionError
 from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
+from core.members.admission import Admitted
 from core.members.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
@@ -67,6 +68,20 @@ UNREAD_FILES = (
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+ADMITTED = Admitted(True)
+Admit = Callable[[AsyncSession], Awaitable[Admitted]]  # the admins' rules, in a transaction
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What `Engine.take` did with a platform's message: stored (`scope`, `event_id`), or
+    not, as the admins' rules say (`admitted`, with what to tell the member)."""
+
+    admitted: Admitted
+    scope: Scope | None = None
+    event_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +116,8 @@ class Engine:
         self.activity = Activity()
         self.seen = Seen(sessions)
         self.handler = Handler(mind, clock)  # what one event comes to, inside the claim
-        self.gate = TurnGate()  # one drain of an agent at a time in this process
+        # One drain of an agent at a time in this process; turns give way to acknowledgements.
+        self.gate = TurnGate(yield_to=self.activity.quiet)
         # The agents this process works on, claimed in Postgres (one turn per agent at once).
         self.presence = presence or Presence(sessions.kw["bind"])
         self.pictures = Pictures(sessions, mind, clock, vision or Vision())
@@ -114,15 +130,42 @@ class Engine:
         async with self.sessions() as session, session.begin():
             return await ensure_agent(session, tenant, user, self.mind.config, display_name)
 
+    async def take(
+        self,
+        tenant: str,
+        user: str,
+        event: InboundEvent,
+        hold: bool = False,
+        admit: Admit | None = None,
+    ) -> Taken:
+        """A platform's message stored for the member's agent (made the first time), in one
+        transaction, which `admit` (the admins' rules) is asked first: a message it refuses
+        is not stored. What a platform's acknowledgement waits for, so one round of the
+        pool and as few round trips as the work allows. `hold`: as for `submit`."""
+        payload = event.payload()  # too large: refused before anything is written
+        async with self.sessions() as session, session.begin():
+            verdict = await admit(session) if admit is not None else ADMITTED
+            if not verdict.answer:
+                return Taken(verdict)
+            scope = await ensure_agent(session, tenant, user, self.mind.config)
+            await enter_scope(session, scope)
+            event_id, _ = await self._insert_event(session, scope, event, hold, payload)
+        return Taken(verdict, scope, event_id)
+
     async def _insert_event(
-        self, session: AsyncSession, scope: Scope, event: InboundEvent, hold: bool = False
+        self,
+        session: AsyncSession,
+        scope: Scope,
+        event: InboundEvent,
+        hold: bool = False,
+        payload: dict[str, Any] | None = None,
     ) -> tuple[int, bool]:
         """(event id, whether it is new); a redelivery gets the first delivery's id."""
         values = {
             "tenant_id": scope.tenant_id,
             "agent_id": scope.agent_id,
             "kind": str(event.kind),
-            "payload": event.payload(),
+            "payload": payload if payload is not None else event.payload(),
             "dedup_key": event.dedup_key,
             "status": EventStatus.WAITING if hold else EventStatus.PENDING,
             "created_at": self.clock(),
@@ -300,6 +343,7 @@ class Engine:
                 replies = await self.outbox.take_replies(event_id)
             else:
                 fresh = event_id in results  # handled by this drain: nobody posted yet
+                await self.activity.quiet()  # acknowledgements first
                 replies = await self.outbox.deliver(scope, event_id, send, fresh)
             return Exchange(event_id, replies, results.get(event_id))
 
