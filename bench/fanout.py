@@ -131,14 +131,16 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
             )
+            failed = True
             try:
                 await measure(args, proc, port, replies, model, api, members, watcher)
+                failed = False
             finally:
                 proc.terminate()
                 _, err = await proc.communicate()
                 await watcher.dispose()
-                if proc.returncode not in (0, -15):
-                    print(err.decode()[-3000:], file=sys.stderr)
+                if failed or proc.returncode not in (0, -15):
+                    print(err.decode()[-5000:], file=sys.stderr)
             if args.count_sql:
                 rows = sql_counts(args.count_sql, args.members)
                 print(table(["SQL of the timed run (companion run)", ""], rows))

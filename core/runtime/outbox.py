@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.events import EventKind
@@ -97,24 +97,23 @@ class Outbox:
         the retry sweep, a second process) never send the same reply twice. A send that
         fails is counted on the reply and raised; the reply stays for the next attempt.
         """
-        await self._earlier_first(scope, event_id)
         sent: list[str] = []
+        look_back = self.platforms is not None
         more = True
         while more:
             async with self.sessions() as session, session.begin():
+                # The member's earlier replies still waiting go first (`_earlier_first`).
+                # Unlocked, in the transaction that takes the first reply: almost always
+                # none waits, and then that costs one query, not a transaction of its own.
+                if look_back:
+                    look_back = False
+                    waiting = await session.execute(*_earlier(scope, event_id))
+                    if waiting.first() is not None:
+                        await self._earlier_first(scope, event_id)
+                        continue
                 # Two at a time: when only one is left, no transaction is needed to find
                 # that none is (the turn wrote all of its replies before it committed).
-                found = await session.scalars(
-                    select(Reply)
-                    .where(
-                        Reply.event_id == event_id,
-                        Reply.delivered_at.is_(None),
-                        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-                    )
-                    .order_by(Reply.id)
-                    .limit(2)
-                    .with_for_update(skip_locked=True)
-                )
+                found = await session.scalars(_UNDELIVERED, {"event": event_id})
                 replies = list(found)
                 if not replies:
                     return sent
@@ -153,10 +152,11 @@ class Outbox:
         while True:
             async with self.sessions() as session, session.begin():
                 # Unlocked first: almost always nothing waits, and that costs one query.
-                if (await session.execute(_earlier(scope, event_id))).first() is None:
+                statement, params = _earlier(scope, event_id)
+                if (await session.execute(statement, params)).first() is None:
                     return
-                locked = _earlier(scope, event_id).with_for_update(of=Reply)
-                found = (await session.execute(locked)).first()
+                locked = statement.with_for_update(of=Reply)
+                found = (await session.execute(locked, params)).first()
                 if found is None:
                     # Under FOR UPDATE with LIMIT, a row another deliverer just sent drops
                     # out without the next one taking its place: look again.
@@ -288,22 +288,39 @@ class Outbox:
             return [text for _, text in sorted(rows.all())]
 
 
-def _earlier(scope: Scope, event_id: int) -> Any:
-    """The oldest reply still waiting to one of the member's events before `event_id`."""
-    return (
-        select(Reply, Tenant.key, User.external_id, Event.payload)
-        .join(Event, Event.id == Reply.event_id)
-        .join(Agent, Agent.id == Reply.agent_id)
-        .join(User, User.id == Agent.user_id)
-        .join(Tenant, Tenant.id == Reply.tenant_id)
-        .where(
-            Reply.tenant_id == scope.tenant_id,
-            Reply.agent_id == scope.agent_id,
-            Reply.event_id < event_id,
-            Reply.delivered_at.is_(None),
-            Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-            Tenant.key != "local",
-        )
-        .order_by(Reply.id)
-        .limit(1)
+_UNDELIVERED = (  # an event's next two replies to send, built once
+    select(Reply)
+    .where(
+        Reply.event_id == bindparam("event"),
+        Reply.delivered_at.is_(None),
+        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
     )
+    .order_by(Reply.id)
+    .limit(2)
+    .with_for_update(skip_locked=True)
+)
+
+
+_EARLIER = (  # built once, for every delivery
+    select(Reply, Tenant.key, User.external_id, Event.payload)
+    .join(Event, Event.id == Reply.event_id)
+    .join(Agent, Agent.id == Reply.agent_id)
+    .join(User, User.id == Agent.user_id)
+    .join(Tenant, Tenant.id == Reply.tenant_id)
+    .where(
+        Reply.tenant_id == bindparam("tenant"),
+        Reply.agent_id == bindparam("agent"),
+        Reply.event_id < bindparam("event"),
+        Reply.delivered_at.is_(None),
+        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
+        Tenant.key != "local",
+    )
+    .order_by(Reply.id)
+    .limit(1)
+)
+
+
+def _earlier(scope: Scope, event_id: int) -> tuple[Any, dict[str, int]]:
+    """The oldest reply still waiting to one of the member's events before `event_id`:
+    the statement and its parameters."""
+    return _EARLIER, {"tenant": scope.tenant_id, "agent": scope.agent_id, "event": event_id}
