@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -174,6 +175,23 @@ def sql_counts(path: str | None, messages: int) -> list[list[object]]:
         n, statement = line.split("\t", 1)
         rows.append([f"  {int(n) / messages:.2f}/msg  {statement[:70]}", ""])
     return rows
+
+
+def yardstick() -> float:
+    """CPU milliseconds of a fixed piece of pure Python: on a machine shared with other
+    work a CPU millisecond buys less (other processes on the same cores, in their caches),
+    so a bench prints this beside its CPU figures, at the start and end of its timed run:
+    CPU figures of two runs compare in proportion to it."""
+    started = time.process_time()
+    total = 0
+    for i in range(300_000):
+        total += len(str(i)) ^ (i & 7)
+    json.dumps([{"n": i, "s": str(i)} for i in range(5_000)])
+    return (time.process_time() - started) * 1000
+
+
+def sticks(values: Sequence[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
 
 
 def machine() -> str:

@@ -48,7 +48,9 @@ from bench.common import (
     sql_counts,
     start_sql_count,
     stats_ms,
+    sticks,
     table,
+    yardstick,
 )
 from bench.load import echo_brain
 from bench.slack_http import (
@@ -56,6 +58,8 @@ from bench.slack_http import (
     EMBEDDERS,
     ROOT,
     Replies,
+    ack_buckets,
+    ack_rows,
     companion_env,
     cpu_seconds,
     envelope,
@@ -114,6 +118,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
         await engine.dispose()
         watcher = make_engine(admin_url, pool_size=1)
         model, replies, port = SlowModel(), Replies(), free_port()
+        args.ops_port = free_port()
         async with FakeOpenAI(model, embedding_dim=16) as fake, FakeSlack() as api:
             api.on_call = replies.on_call
             members = [f"U{a:05d}" for a in range(args.members)]
@@ -186,12 +191,16 @@ async def measure(
 
         sampler = asyncio.create_task(sample())
         start_sql_count(proc.pid, args.count_sql)
+        stick = [yardstick()]
+        acks_before = await ack_buckets(http, args.ops_port)
         with Spy(proc.pid, args.py_spy):
             cpu0, started = cpu_seconds(proc.pid), time.perf_counter()
             acks = await asyncio.gather(*(post(http, url, u, n) for n, u in enumerate(members)))
             times = await asyncio.wait_for(asyncio.gather(*answered.values()), 600)
             last = max(times)
             cpu = cpu_seconds(proc.pid) - cpu0
+        server_acks = ack_rows(acks_before, await ack_buckets(http, args.ops_port))
+        stick.append(yardstick())
         await asyncio.sleep(2)  # anything sent twice would arrive by now
         sampling = False
         await sampler
@@ -233,6 +242,8 @@ async def measure(
                     f"{ack['median']:.0f} / {ack['p95']:.0f} / {ack['max']:.0f}",
                 ],
                 ["acknowledgements after 3 s (Slack retries them)", late],
+                *server_acks,
+                ["CPU yardstick at start / end, ms (bench.common.yardstick)", sticks(stick)],
                 ["model calls in flight: most", model.most],
                 ["model calls in flight: mean while any", f"{sum(busy) / max(1, len(busy)):.1f}"],
                 ["Postgres connections of the server: most", peak_connections],

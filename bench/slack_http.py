@@ -64,7 +64,9 @@ from bench.common import (
     sql_counts,
     start_sql_count,
     stats_ms,
+    sticks,
     table,
+    yardstick,
 )
 from bench.load import echo_brain
 from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
@@ -157,6 +159,38 @@ class Brain:
         return echo_brain(body)
 
 
+async def ack_buckets(http: aiohttp.ClientSession, ops_port: int) -> dict[str, float]:
+    """The server's own companion_acknowledgement_seconds (each Slack request's arrival to
+    its answer), cumulative by bucket; empty for a server without it (older code)."""
+    try:
+        async with http.get(f"http://127.0.0.1:{ops_port}/metrics") as response:
+            exposition = await response.text()
+    except aiohttp.ClientError:
+        return {}
+    buckets = {}
+    for line in exposition.splitlines():
+        found = re.match(r'companion_acknowledgement_seconds_bucket\{le="([^"]+)"\} (\S+)', line)
+        if found:
+            buckets[found.group(1)] = float(found.group(2))
+    return buckets
+
+
+def ack_rows(before: dict[str, float], after: dict[str, float]) -> list[list[object]]:
+    """Rows for a bench's table: of the requests between two readings, how many the server
+    answered within 1, 3 and 5 s."""
+    total = after.get("+Inf", 0) - before.get("+Inf", 0)
+    if not total:
+        return []
+    return [
+        [
+            f"acknowledged within {s} s, as the server timed it",
+            f"{after[le] - before.get(le, 0):.0f} of {total:.0f}",
+        ]
+        for s, le in (("1", "1.0"), ("3", "3.0"), ("5", "5.0"))
+        if le in after
+    ]
+
+
 class Replies:
     """When each tagged message's reply reached the fake Slack."""
 
@@ -244,6 +278,7 @@ def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: A
         COMPANION_HTTP_HOST="127.0.0.1",
         COMPANION_HTTP_PORT=str(port),
         PYTHONPATH=str(ROOT),
+        COMPANION_OPS_PORT=str(args.ops_port),
     )
     if getattr(args, "count_sql", None):  # bench/sqlcount/sitecustomize.py counts
         env.update(sql_count_env(args.count_sql), PYTHONPATH=f"{SQL_COUNTER}{os.pathsep}{ROOT}")
@@ -258,6 +293,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
         await engine.dispose()
         replies = Replies()
         port = free_port()
+        args.ops_port = free_port()
         brain = Brain()
         async with FakeOpenAI(brain, embedding_dim=16) as fake, FakeSlack() as api:
             api.on_call = replies.on_call
@@ -315,6 +351,8 @@ async def measure(
 
         brain.latency = args.latency
         start_sql_count(proc.pid, args.count_sql)
+        stick = [yardstick()]
+        acks_before = await ack_buckets(http, args.ops_port)
         with Spy(proc.pid, args.py_spy):
             cpu0, pg0, own0 = cpu_seconds(proc.pid), postgres_cpu(data_dir), own_cpu()
             load = os.getloadavg()
@@ -322,6 +360,8 @@ async def measure(
             cpu, pg_cpu = cpu_seconds(proc.pid) - cpu0, postgres_cpu(data_dir) - pg0
         own = own_cpu() - own0
         calls = len(fake.requests) - calls_before
+        server_acks = ack_rows(acks_before, await ack_buckets(http, args.ops_port))
+        stick.append(yardstick())
     n = len(done)
     first = min(d[0] for d in done)
     last = max(d[2] for d in done)
@@ -359,6 +399,8 @@ async def measure(
                 ["companion run CPU per message, ms", f"{cpu / n * 1000:.1f}"],
                 ["Postgres CPU per message (all its processes), ms", f"{pg_cpu / n * 1000:.1f}"],
                 ["this script CPU per message (clients, fakes), ms", f"{own / n * 1000:.1f}"],
+                *server_acks,
+                ["CPU yardstick at start / end, ms (bench.common.yardstick)", sticks(stick)],
             ],
         )
     )
