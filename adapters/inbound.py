@@ -26,7 +26,7 @@ from core.companion import Where
 from core.errors import Refused
 from core.events import EventKind, InboundEvent
 from core.members.documents import check_upload
-from core.ports import Send
+from core.ports import Posting, Send
 from core.runtime.engine import Engine
 from core.runtime.pictures import check_picture, is_picture
 from core.scope import Scope
@@ -71,9 +71,9 @@ async def take(engine: Engine, scope: Scope, event: InboundEvent, has_files: boo
 def never_failing(send: Send) -> Send:
     """For telling the member what went wrong: a failure to tell is logged, not raised."""
 
-    async def tell(text: str) -> None:
+    async def tell(text: str, posting: Posting | None = None) -> None:
         try:
-            await send(text)
+            await send(text, posting)
         except Exception:
             log.warning("could not tell the member: %s", text, exc_info=True)
 

@@ -130,7 +130,7 @@ class ClaimLost(CompanionError):
 
 
 class NoPlatform(CompanionError):
-    """No platform serves this tenant here (e.g. the terminal's `local`): messages wait."""
+    """No platform served here reaches this tenant (e.g. the terminal's): messages wait."""
 
     def __init__(self, tenant: str) -> None:
         super().__init__(f"no platform configured for tenant {tenant!r}")

@@ -30,17 +30,23 @@ from adapters.discord.messages import (
     handle_message,
     where_of,
 )
-from adapters.discord.posting import post_reply
+from adapters.discord.posting import DiscordOutlet
 from adapters.discord.tree import CompanionTree, add_commands
+from adapters.posting import post_reply
 from core.companion import Where
 from core.events import EventKind, InboundEvent
+from core.ports import Posting
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 
 
+PLATFORM = "discord"  # as tenant keys name it
+
+
 def tenant_key(guild_id: int) -> str:
     """The tenant of a Discord server."""
-    return f"discord:{guild_id}"
+    return str(TenantKey(PLATFORM, str(guild_id)))
 
 
 def companion_intents() -> discord.Intents:
@@ -61,11 +67,11 @@ class DirectMessages:
         self.me = me
         self.closed = False
 
-    async def __call__(self, text: str) -> None:
+    async def __call__(self, text: str, posting: Posting | None = None) -> None:
         if self.closed:
             return
         try:
-            await post_reply(await self.member.create_dm(), self.me, text)
+            await post_reply(DiscordOutlet(await self.member.create_dm(), self.me), text, posting)
         except discord.Forbidden:
             self.closed = True
             log.info("member %s of guild %s takes no DMs", self.member.id, self.member.guild.id)
@@ -125,7 +131,7 @@ class CompanionClient(discord.Client):
 
     def server_name(self, tenant: str) -> str:
         """A tenant as its members know it: the server's name when the bot is in it."""
-        _, _, guild_id = tenant.partition(":")
+        guild_id = TenantKey.parse(tenant).id
         guild = self.get_guild(int(guild_id)) if guild_id.isdigit() else None
         return guild.name if guild else tenant
 

@@ -43,6 +43,7 @@ from adapters.common import (
 from adapters.discord.posting import DISCORD_LIMIT
 from adapters.text import split_message
 from core.errors import BadSetting
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +82,9 @@ def admin_rights(client: discord.Client, admin_ids: frozenset[str]) -> Any:
         if user in admin_ids:
             return True
         try:
-            guild = client.get_guild(int(tenant.split(":", 1)[1]))
+            guild = client.get_guild(int(TenantKey.parse(tenant).id))
             member_id = int(user)
-        except (IndexError, ValueError):
+        except ValueError:
             return None
         if guild is None:
             return None

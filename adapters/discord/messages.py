@@ -26,7 +26,7 @@ from typing import Any
 import discord
 
 from adapters.common import Services
-from adapters.discord.posting import post_reply
+from adapters.discord.posting import DiscordOutlet
 from adapters.inbound import (
     SharedFile,
     admitted,
@@ -35,8 +35,10 @@ from adapters.inbound import (
     never_failing,
     take,
 )
+from adapters.posting import post_reply
 from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
+from core.ports import Posting
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +101,12 @@ class ChannelReplies:
         self.me = me
         self.quote = guild_id_of(message) is not None
 
-    async def __call__(self, text: str) -> None:
+    async def __call__(self, text: str, posting: Posting | None = None) -> None:
         reference = None
         if self.quote:
             reference = self.message.to_reference(fail_if_not_exists=False)
             self.quote = False
-        await post_reply(self.message.channel, self.me, text, reference)
+        await post_reply(DiscordOutlet(self.message.channel, self.me, reference), text, posting)
 
 
 def _meta(message: discord.Message) -> dict[str, Any]:

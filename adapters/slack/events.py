@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -32,21 +31,19 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.common import Services
 from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
 from adapters.slack.later import after_ack
-from adapters.slack.posting import post_reply
+from adapters.slack.posting import Clients, sender
 from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
 from core.events import EventKind, InboundEvent
 from core.members.documents import MAX_UPLOAD_BYTES
 from core.runtime.engine import Engine
 from core.scope import Scope
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 THINKING = "thinking_face"
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=60)
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
-
-
-Clients = Callable[[str], Awaitable[AsyncWebClient]]  # tenant -> its workspace's Web API client
 
 
 def one_workspace(client: AsyncWebClient) -> Clients:
@@ -58,48 +55,16 @@ def one_workspace(client: AsyncWebClient) -> Clients:
     return same
 
 
+PLATFORM = "slack"  # as tenant keys name it
+
+
 def tenant_key(team_id: str) -> str:
     """The tenant of a Slack workspace."""
-    return f"slack:{team_id}"
+    return str(TenantKey(PLATFORM, team_id))
 
 
 def tenant_of(body: dict[str, Any], event: dict[str, Any]) -> str:
     return tenant_key(body.get("team_id") or event.get("team") or "")
-
-
-def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
-    async def send(text: str) -> None:
-        await post_reply(client, channel, thread_ts, text)
-
-    return send
-
-
-def dm_sender(clients: Clients):
-    """Messages the bot starts (openers): a DM to the member."""
-
-    async def send(tenant: str, user: str, text: str) -> None:
-        client = await clients(tenant)
-        dm = await client.conversations_open(users=user)
-        await sender(client, dm["channel"]["id"], None)(text)
-
-    return send
-
-
-def reply_sender(clients: Clients):
-    """For retries: the send function of an event's replies, from the event's meta."""
-    dm = dm_sender(clients)
-
-    def route(tenant: str, user: str, meta: dict[str, Any]):
-        async def send(text: str) -> None:
-            if not meta.get("channel"):
-                await dm(tenant, user, text)
-                return
-            client = await clients(tenant)
-            await sender(client, meta["channel"], meta.get("thread_ts"))(text)
-
-        return send
-
-    return route
 
 
 async def _profile_zone(client: AsyncWebClient, user: str) -> str | None:
