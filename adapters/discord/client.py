@@ -32,9 +32,9 @@ from adapters.discord.messages import (
 )
 from adapters.discord.posting import DiscordOutlet
 from adapters.discord.tree import CompanionTree, add_commands
+from adapters.inbound import store_welcome
 from adapters.posting import post_reply
 from core.companion import Where
-from core.events import EventKind, InboundEvent
 from core.ports import Posting
 from core.tenant_key import TenantKey
 
@@ -205,16 +205,17 @@ class CompanionClient(discord.Client):
     async def on_member_join(self, member: discord.Member) -> None:
         if member.bot:
             return
-        tenant = tenant_key(member.guild.id)
-        welcome = await self.services.welcome_event(tenant, member.display_name)
-        if welcome is None:
-            return
+        guild, name = member.guild.id, member.display_name
         engine = self.services.engine
-        scope = await engine.agent(tenant, str(member.id), member.display_name)
-        event = InboundEvent(
-            EventKind.USER_ACTION,
-            welcome,
-            dedup_key=f"discord:join:{member.guild.id}:{member.id}",
-            meta={"platform": "discord", "guild_id": str(member.guild.id)},
-        )
-        await engine.converse(scope, event, send=DirectMessages(member, self.user))
+        async with engine.activity.working():
+            stored = await store_welcome(
+                self.services,
+                tenant_key(guild),
+                str(member.id),
+                name,
+                f"discord:join:{guild}:{member.id}",
+                name,
+                {"platform": PLATFORM, "guild_id": str(guild)},
+            )
+            if stored is not None:
+                await engine.answer(*stored, DirectMessages(member, self.user))

@@ -32,12 +32,11 @@ from adapters.inbound import (
     admitted,
     follow_up,
     message_event,
-    never_failing,
-    take,
+    store_message,
 )
 from adapters.posting import post_reply
 from core.companion import Where
-from core.errors import EventTooLarge, UploadRejected
+from core.errors import UploadRejected
 from core.ports import Posting
 
 log = logging.getLogger(__name__)
@@ -152,12 +151,11 @@ async def handle_message(
         text = message.clean_content  # a bare mention: the member called the bot
     event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
     async with engine.activity.working():
-        scope = await engine.agent(tenant, str(author.id), author.display_name)
-        try:
-            event_id = await take(engine, scope, event, bool(files))
-        except EventTooLarge as error:
-            await never_failing(reply)(str(error))
+        user, name = str(author.id), author.display_name
+        stored = await store_message(engine, tenant, user, name, event, bool(files), reply)
+        if stored is None:
             return
+        scope, event_id = stored
         async with AsyncExitStack() as typing:
             with suppress(discord.HTTPException):  # no typing indicator is no reason to stop
                 await typing.enter_async_context(message.channel.typing())
