@@ -61,8 +61,8 @@ async def rest_platforms(app: App) -> AsyncIterator[Router]:
             import discord
 
             from adapters.discord import use_discord_hosts
-            from adapters.discord.client import PLATFORM as DISCORD
             from adapters.discord.posting import DiscordOutlets
+            from adapters.discord.tenants import PLATFORM as DISCORD
 
             use_discord_hosts(settings.discord_api_url)
             client = discord.Client(intents=discord.Intents(guilds=True))  # REST only: no gateway

@@ -287,9 +287,9 @@ async def discord_running(
     import discord
 
     from adapters.discord import build_discord_client
-    from adapters.discord.client import PLATFORM
     from adapters.discord.commands import admin_rights
     from adapters.discord.posting import DiscordOutlets
+    from adapters.discord.tenants import PLATFORM
 
     settings = app.settings
     token = settings.discord_token

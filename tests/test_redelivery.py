@@ -193,3 +193,21 @@ async def test_a_first_delivery_does_not_read_the_channel(slack):
     rig = slack
     await rig.dispatch(slack_message(text="hi"))
     assert rig.api.called("chat.postMessage") and not rig.api.called("conversations.history")
+
+
+async def test_a_process_retries_only_the_replies_of_the_platforms_it_serves(
+    slack, engine, sessions, clock, caplog
+):
+    """This process serves Slack: a Discord member's reply that waits is another process's
+    to send (and a terminal member's waits for their next chat), not a failure every minute."""
+    rig = slack
+    for tenant, user in (("discord:1", "D7"), ("local", "ana")):
+        scope = await engine.agent(tenant, user)
+        await engine.submit(scope, InboundEvent(EventKind.USER_MESSAGE, "hi", f"k:{tenant}"))
+        await engine.drain(scope)  # answered; nobody sent it
+    clock.advance(minutes=1)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (0, 0)
+    async with sessions() as session:
+        waiting = (await session.scalars(select(Reply))).all()
+    assert len(waiting) == 2 and all(r.delivered_at is None and r.attempts == 0 for r in waiting)
+    assert "failed" not in caplog.text and not rig.api.called("chat.postMessage")

@@ -31,22 +31,14 @@ from adapters.discord.messages import (
     where_of,
 )
 from adapters.discord.posting import DiscordOutlet
+from adapters.discord.tenants import PLATFORM, guild_of, tenant_key
 from adapters.discord.tree import CompanionTree, add_commands
 from adapters.inbound import store_welcome
 from adapters.posting import post_reply
 from core.companion import Where
 from core.ports import Posting
-from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
-
-
-PLATFORM = "discord"  # as tenant keys name it
-
-
-def tenant_key(guild_id: int) -> str:
-    """The tenant of a Discord server."""
-    return str(TenantKey(PLATFORM, str(guild_id)))
 
 
 def companion_intents() -> discord.Intents:
@@ -119,7 +111,7 @@ class CompanionClient(discord.Client):
         served = await self.served_to(user_id)
         configured = tenant_key(self.home_guild_id) if self.home_guild_id else None
         return await self.services.members.dm_homes.resolve(
-            "discord", str(user_id), served, configured, keep
+            PLATFORM, str(user_id), served, configured, keep
         )
 
     async def served_to(self, user_id: int) -> list[str]:
@@ -131,8 +123,8 @@ class CompanionClient(discord.Client):
 
     def server_name(self, tenant: str) -> str:
         """A tenant as its members know it: the server's name when the bot is in it."""
-        guild_id = TenantKey.parse(tenant).id
-        guild = self.get_guild(int(guild_id)) if guild_id.isdigit() else None
+        guild_id = guild_of(tenant)
+        guild = self.get_guild(guild_id) if guild_id is not None else None
         return guild.name if guild else tenant
 
     @property

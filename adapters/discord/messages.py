@@ -27,6 +27,7 @@ import discord
 
 from adapters.common import Services
 from adapters.discord.posting import DiscordOutlet
+from adapters.discord.tenants import PLATFORM
 from adapters.inbound import (
     SharedFile,
     admitted,
@@ -111,7 +112,7 @@ class ChannelReplies:
 def _meta(message: discord.Message) -> dict[str, Any]:
     guild_id = guild_id_of(message)
     return {
-        "platform": "discord",
+        "platform": PLATFORM,
         "guild_id": str(guild_id) if guild_id else None,
         "channel_id": str(message.channel.id),
         "message_id": str(message.id),

@@ -222,7 +222,7 @@ async def finish_held(services: Services, clients: Clients) -> None:
     """At start: messages still held for their files, whose fetcher died with its process.
     Their files are fetched again (Slack keeps them), then the words are answered."""
     engine = services.engine
-    for scope, event_id, meta in await engine.seen.held("slack:"):
+    for scope, event_id, meta in await engine.seen.held(TenantKey.prefix(PLATFORM)):
         if not meta.get("channel"):
             continue
         where = {"channel": meta["channel"], "thread_ts": meta.get("thread_ts")}
