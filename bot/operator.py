@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 from bot.app import App
 from bot.delivery import Router
 from core.errors import ConfigError
+from core.events import Purpose
 from core.runtime.tick import TickReport, preview, tick
 
 
@@ -106,7 +107,7 @@ async def preview_tick(app: App, now: datetime) -> str:
     kinds = [c.purpose for c in found.claimed]
     line = (
         f"{now:%Y-%m-%d %H:%M}Z (dry run, nothing changed; --apply runs it): "
-        f"{kinds.count('opener')} openers due"
+        f"{kinds.count(Purpose.OPENER)} openers due"
     )
     if found.respread:
         first, last = min(found.respread), max(found.respread)
@@ -114,14 +115,14 @@ async def preview_tick(app: App, now: datetime) -> str:
             f", {len(found.respread)} long-overdue openers would be re-spread between "
             f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z"
         )
-    return "\n".join([*lines, line + f", {kinds.count('upkeep')} upkeep runs due"])
+    return "\n".join([*lines, line + f", {kinds.count(Purpose.UPKEEP)} upkeep runs due"])
 
 
 def tick_summary(report: TickReport, now: datetime) -> str:
     """One line: what the pass did, including the openers it moved instead of sending."""
     kinds = [c.purpose for c in report.claimed]
     line = (
-        f"{now:%Y-%m-%d %H:%M}Z: {kinds.count('opener')} openers ({report.sent} sent, "
+        f"{now:%Y-%m-%d %H:%M}Z: {kinds.count(Purpose.OPENER)} openers ({report.sent} sent, "
         f"{report.silent} silent, {report.undelivered} waiting for the member)"
     )
     if report.respread:
@@ -130,7 +131,7 @@ def tick_summary(report: TickReport, now: datetime) -> str:
             f", {len(report.respread)} long-overdue openers re-spread between "
             f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z instead of sent at once"
         )
-    return line + f", {kinds.count('upkeep')} upkeep runs"
+    return line + f", {kinds.count(Purpose.UPKEEP)} upkeep runs"
 
 
 async def erase_tenant(app: App, tenant: str, yes: bool, actor: str) -> int:

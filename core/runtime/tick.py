@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.errors import NoPlatform
+from core.events import Purpose
 from core.runtime.engine import Engine
 from core.schedule.planning import Claim, Claims, claim_due
 
@@ -55,7 +56,7 @@ async def _run(engine: Engine, claim: Claim) -> str | None:
     """One claimed agent's scheduled event, handled; for an opener, what became of it:
     "sent", "silent" (the agent chose to say nothing) or "undelivered"."""
     handled = await engine.see_through(claim.scope, claim.event_id)
-    if claim.purpose != "opener":
+    if claim.purpose is not Purpose.OPENER:
         return None
     if not await engine.outbox.undelivered(claim.event_id):
         return "silent"
