@@ -130,8 +130,8 @@ class Platforms(Protocol):
     """The member's own platform, for messages no live handler is waiting to send.
 
     The routes raise `core.errors.NoPlatform` for a tenant that no platform served here
-    reaches (the terminal's, one this process does not serve): such messages wait in the
-    outbox for another process, or for the member's next chat.
+    reaches (a key naming no platform, or one this process does not serve): such messages
+    wait in the outbox for another process, or for the member's next chat.
     """
 
     def served(self) -> frozenset[str]:
@@ -148,7 +148,7 @@ class Platforms(Protocol):
 
 
 class NoPlatforms:
-    """`Platforms` that reach none: the default (a terminal, an operator's command)."""
+    """`Platforms` that reach none: the default (a front end that shows replies itself)."""
 
     def served(self) -> frozenset[str]:
         return frozenset()

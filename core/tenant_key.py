@@ -1,8 +1,8 @@
 """A community's key, as `tenants.key` holds it: `<platform>:<the platform's id for it>`.
 
-    TenantKey("discord", "123") <-> "discord:123"      a Discord server
-    TenantKey("slack", "T0123") <-> "slack:T0123"      a Slack workspace
-    TenantKey.parse("local")    -> platform ""         no platform's: the terminal's own
+    TenantKey("chat", "42") <-> "chat:42"     community 42 of the platform `chat`
+    TenantKey.parse("home") -> platform ""    a key that names no platform (a front end's
+                                              own community: no platform delivers to it)
 
 Front ends build keys with it and read them back with `parse`; core knows only that a key
 may name a platform, never which platforms there are (the `Platforms` port says which it
@@ -18,7 +18,7 @@ SEPARATOR = ":"
 
 @dataclass(frozen=True)
 class TenantKey:
-    platform: str  # "" for a tenant no platform serves (the terminal's)
+    platform: str  # "" for a key that names no platform
     id: str
 
     @classmethod

@@ -11,7 +11,7 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
                      own servers; DMs: shard 0's
     DM homes         a first DM may belong to a server on another shard: the member's
                      communities in the database count too
-    openers          any process: DMs go over REST, which needs no shard (deliver.py)
+    openers          any process: DMs go over REST, which needs no shard (posting.py)
     status           each shard's state apart (`on_shard_status`: /readyz lists them); the
                      client's own (`on_status`) says who the bot is once every shard is ready,
                      and stays: a shard that drops is that shard's `retrying`

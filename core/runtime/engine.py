@@ -101,7 +101,7 @@ class Engine:
         self.clock = clock
         self.embeddings = embeddings  # woken after each commit that stored new messages
         # Members outside a live handler (openers, retried replies), through the platforms
-        # the composition root serves: none for a terminal or an operator's command.
+        # the composition root serves: none unless it hands them in.
         self.platforms = platforms or NoPlatforms()
         self.outbox = Outbox(sessions, clock, self.platforms)
         self.activity = Activity()

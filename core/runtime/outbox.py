@@ -9,7 +9,8 @@
     undelivered(event_id)         what is still waiting for an event
     take_replies(event_id)        take an event's replies (the terminal shows them at once)
     take_waiting(scope)           take replies nobody took: openers for a member no platform
-                                  reaches (the terminal's), replies whose sender crashed
+                                  reaches (a chat front end shows them), replies whose
+                                  sender crashed
 
 The engine owns one `Outbox` (`engine.outbox`), built with the engine's `Platforms`: the
 routes to members outside a live handler, and which platforms this process reaches (only
@@ -19,10 +20,10 @@ for the member's next chat). Front ends deliver through it.
 Seen once: a process killed after a post went out but before the reply was marked leaves a
 reply that looks unsent. Every send is given a `Posting`: its `key` names the reply, and
 `since` is set on every attempt but the first (the one right after the turn that wrote it),
-meaning "an earlier attempt may have posted this since then". A platform that can (Slack:
-message metadata; Discord: the bot's own messages and nonces) tags each post with the key
-and, when `since` is set, looks for its own tagged posts first and sends only the parts not
-found (adapters/posting.py). Where it cannot look, the reply goes out again.
+meaning "an earlier attempt may have posted this since then". A platform that can tags each
+post with the key and, when `since` is set, looks for its own tagged posts first and sends
+only the parts not found (the adapters' one posting loop). Where it cannot look, the reply
+goes out again.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class Outbox:
         order, each back where it was asked: turns of one member run one at a time, but
         their handlers (in several processes, one of them perhaps killed) finish in any
         order. A deliverer sending one of them holds its lock: this waits for it. Only
-        replies of a platform this process reaches can go first (none on the terminal)."""
+        replies of a platform this process reaches can go first."""
         if not self.platforms.served():
             return
         earlier = _earlier(scope, event_id, _reached(self.platforms))
