@@ -155,9 +155,10 @@ class Outbox:
                 reply, tenant, user, payload = found
                 try:
                     send = self.platforms.reply_route(tenant, user, payload.get("meta") or {})
-                    await send(reply.text, _posting(reply, first=False))
                 except NoPlatform:  # not reached from here after all: it cannot go first
                     return
+                try:
+                    await send(reply.text, _posting(reply, first=False))
                 except Exception as error:  # that channel is down: ours may not be
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]
