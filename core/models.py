@@ -36,13 +36,16 @@ from sqlalchemy import (
     Date,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
+    Index,
     Integer,
     String,
     Text,
     UniqueConstraint,
     func,
 )
+from sqlalchemy import text as sql  # a column here is called `text`
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -57,8 +60,33 @@ def _tenant_fk() -> Mapped[int]:
     return mapped_column(BigInteger, ForeignKey("tenants.id", ondelete="CASCADE"), index=False)
 
 
-def _agent_fk() -> Mapped[int]:
-    return mapped_column(BigInteger, ForeignKey("agents.id", ondelete="CASCADE"))
+def _tenant() -> Mapped[int]:
+    """`tenant_id` of a table that reaches the tenant through its agent's key alone."""
+    return mapped_column(BigInteger)
+
+
+def _agent() -> Mapped[int]:
+    """`agent_id`; its foreign key is `_owned_by`'s, with the tenant (migration 0017)."""
+    return mapped_column(BigInteger)
+
+
+def _owned_by(table: str, column: str, target: str) -> ForeignKeyConstraint:
+    """The key of a member's row to its owner, tenant first (migration 0017): deleting the
+    owner deletes the row. Named as the database has named it since before 0017."""
+    return ForeignKeyConstraint(
+        ["tenant_id", column],
+        [f"{target}.tenant_id", f"{target}.id"],
+        ondelete="CASCADE",
+        name=f"{table}_{column}_fkey",
+    )
+
+
+def _by_id(table: str) -> Index:
+    """Rows found by `id` alone (ids are unique across tenants; the key is (tenant_id, id))."""
+    return Index(f"{table}_id", "id")
+
+
+ZERO = sql("0")
 
 
 class Meta(Base):
@@ -66,14 +94,16 @@ class Meta(Base):
 
     __tablename__ = "meta"
     key: Mapped[str] = mapped_column(String, primary_key=True)
-    value: Mapped[str] = mapped_column(Text)
+    value: Mapped[str] = mapped_column(Text, nullable=True)  # always written (migration 0001)
 
 
 class Tenant(Base):
     __tablename__ = "tenants"
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     key: Mapped[str] = mapped_column(String, unique=True)
-    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    settings: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, default=dict, server_default=sql("'{}'::jsonb")
+    )
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     # When the platform removed the bot (a Slack workspace uninstalled the app): its memory
     # is erased once the grace period has passed (core.members.tenancy).
@@ -82,14 +112,16 @@ class Tenant(Base):
 
 class User(Base):
     __tablename__ = "users"
-    __table_args__ = (UniqueConstraint("tenant_id", "external_id"),)
+    __table_args__ = (UniqueConstraint("tenant_id", "external_id"), _by_id("users"))
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
     external_id: Mapped[str] = mapped_column(String)
     display_name: Mapped[str | None] = mapped_column(String)
-    timezone: Mapped[str] = mapped_column(String, default="UTC")
+    timezone: Mapped[str] = mapped_column(String, default="UTC", server_default="UTC")
     # The member's own choices: {"openers": bool, "quiet_hours": "22:00-09:00"}.
-    settings: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    settings: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, default=dict, server_default=sql("'{}'::jsonb")
+    )
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
@@ -102,29 +134,44 @@ class DmHome(Base):
     """
 
     __tablename__ = "dm_homes"
+    __table_args__ = (_owned_by("dm_homes", "user_id", "users"), Index("dm_homes_user", "user_id"))
     platform: Mapped[str] = mapped_column(String, primary_key=True)  # "discord"
     external_id: Mapped[str] = mapped_column(String, primary_key=True)  # the platform user id
     tenant_id: Mapped[int] = _tenant_fk()
-    user_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("users.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(BigInteger)
     chosen: Mapped[str] = mapped_column(String)  # why this community: see core.members.dm_homes
     updated_at: Mapped[datetime] = mapped_column(TS)
 
 
 class Agent(Base):
     __tablename__ = "agents"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "user_id", name="agents_user_id_key"),  # one per member
+        _owned_by("agents", "user_id", "users"),
+        _by_id("agents"),
+        Index("agents_tenant", "tenant_id"),
+        Index(
+            "agents_opener_due",
+            "next_opener_at",
+            postgresql_where=sql("next_opener_at IS NOT NULL"),
+        ),
+        Index(
+            "agents_upkeep_due",
+            "next_upkeep_at",
+            postgresql_where=sql("next_upkeep_at IS NOT NULL"),
+        ),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    user_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("users.id", ondelete="CASCADE"), unique=True
-    )
+    user_id: Mapped[int] = mapped_column(BigInteger)
     # True from the memory-pressure warning until the next flush: one warning per episode.
-    pressure_warned: Mapped[bool] = mapped_column(Boolean, default=False)
+    pressure_warned: Mapped[bool] = mapped_column(Boolean, default=False, server_default="false")
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     last_active_at: Mapped[datetime | None] = mapped_column(TS)  # the member's last message
     # Scheduled interrupts (core.schedule.planning): claimed when due, with FOR UPDATE SKIP LOCKED.
     next_opener_at: Mapped[datetime | None] = mapped_column(TS)
     last_opener_at: Mapped[datetime | None] = mapped_column(TS)
-    openers_unanswered: Mapped[int] = mapped_column(Integer, default=0)
+    openers_unanswered: Mapped[int] = mapped_column(Integer, default=0, server_default=ZERO)
     next_upkeep_at: Mapped[datetime | None] = mapped_column(TS)
     # Moves on whenever the FIFO queue or summary changes (core.memory.store): a copy of
     # the main context kept between turns (core.memory.contexts) is valid for one version.
@@ -135,21 +182,42 @@ class Agent(Base):
 
 class Block(Base):
     __tablename__ = "blocks"
-    agent_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
-    )
+    __table_args__ = (_owned_by("blocks", "agent_id", "agents"),)
+    agent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     label: Mapped[str] = mapped_column(String, primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    value: Mapped[str] = mapped_column(Text, default="")
+    value: Mapped[str] = mapped_column(Text, default="", server_default="")
     char_limit: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
 
 
 class Message(Base):
     __tablename__ = "messages"
+    __table_args__ = (
+        _owned_by("messages", "agent_id", "agents"),
+        _by_id("messages"),
+        Index("messages_agent", "agent_id", "id"),
+        Index("messages_agent_time", "agent_id", "created_at"),
+        # the FIFO queue
+        Index("messages_in_context", "agent_id", "id", postgresql_where=sql("in_context")),
+        # the searchable messages in order (a member's pages, the turns around a hit)
+        Index(
+            "messages_agent_order",
+            "tenant_id",
+            "agent_id",
+            "id",
+            postgresql_where=sql("search_text IS NOT NULL"),
+        ),
+        Index(
+            "messages_event",
+            "tenant_id",
+            "event_id",
+            postgresql_where=sql("event_id IS NOT NULL"),
+        ),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    agent_id: Mapped[int] = _agent()
     event_id: Mapped[int | None] = mapped_column(BigInteger)
     # user | assistant | tool | system (system alerts, user actions, scheduled interrupts)
     role: Mapped[str] = mapped_column(String)
@@ -161,8 +229,8 @@ class Message(Base):
     tsv: Mapped[Any] = mapped_column(
         TSVECTOR, Computed("companion_words(coalesce(search_text, ''))", persisted=True)
     )
-    tokens: Mapped[int] = mapped_column(Integer, default=0)
-    in_context: Mapped[bool] = mapped_column(Boolean, default=True)
+    tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=ZERO)
+    in_context: Mapped[bool] = mapped_column(Boolean, default=True, server_default="true")
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
@@ -173,11 +241,25 @@ class MessageVector(Base):
     the reply's path. Deleting the message deletes it."""
 
     __tablename__ = "message_vectors"
-    message_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        _owned_by("message_vectors", "message_id", "messages"),
+        _owned_by("message_vectors", "agent_id", "agents"),
+        Index("message_vectors_agent", "tenant_id", "agent_id"),
+        Index(
+            "message_vectors_missing",
+            "message_id",
+            postgresql_where=sql("embedding IS NULL"),
+        ),
+        Index(
+            "message_vectors_embedding",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
     )
-    tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tenant_id: Mapped[int] = _tenant()
+    agent_id: Mapped[int] = _agent()
     embedding: Mapped[Any] = mapped_column(HALFVEC(), nullable=True)
 
 
@@ -186,11 +268,10 @@ class MessageTerm(Base):
     row with the empty lexeme counts the messages. Kept as messages are stored and deleted."""
 
     __tablename__ = "message_terms"
-    agent_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
-    )
+    __table_args__ = (_owned_by("message_terms", "agent_id", "agents"),)
+    agent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    tenant_id: Mapped[int] = _tenant_fk()
+    tenant_id: Mapped[int] = _tenant()
     messages: Mapped[int] = mapped_column(Integer)
 
 
@@ -200,32 +281,42 @@ class MessageWord(Base):
     wall. Kept as messages are stored and deleted."""
 
     __tablename__ = "message_words"
-    agent_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
-    )
+    __table_args__ = (_owned_by("message_words", "agent_id", "agents"),)
+    agent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    tenant_id: Mapped[int] = _tenant_fk()
+    tenant_id: Mapped[int] = _tenant()
     words: Mapped[int] = mapped_column(Integer)
 
 
 class Summary(Base):
     __tablename__ = "summaries"
+    __table_args__ = (
+        _owned_by("summaries", "agent_id", "agents"),
+        _by_id("summaries"),
+        Index("summaries_agent", "agent_id", "id"),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    agent_id: Mapped[int] = _agent()
     text: Mapped[str] = mapped_column(Text)
     # How many messages, in all, this summary stands for (it folds in the previous summary).
     covers_messages: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int] = mapped_column(Integer, default=0)
+    tokens: Mapped[int] = mapped_column(Integer, default=0, server_default=ZERO)
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
 class Passage(Base):
     __tablename__ = "passages"
+    __table_args__ = (
+        _owned_by("passages", "agent_id", "agents"),
+        _by_id("passages"),
+        Index("passages_agent", "agent_id", "id"),
+        Index("passages_agent_order", "tenant_id", "agent_id", "id"),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    agent_id: Mapped[int] = _agent()
     text: Mapped[str] = mapped_column(Text)
     source: Mapped[str | None] = mapped_column(String)
     tsv: Mapped[Any] = mapped_column(TSVECTOR, Computed("companion_words(text)", persisted=True))
@@ -238,11 +329,25 @@ class PassageVector(Base):
     passages heap stays narrow, and a member's vectors are read without their texts."""
 
     __tablename__ = "passage_vectors"
-    passage_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("passages.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        _owned_by("passage_vectors", "passage_id", "passages"),
+        _owned_by("passage_vectors", "agent_id", "agents"),
+        Index("passage_vectors_agent", "tenant_id", "agent_id"),
+        Index(
+            "passage_vectors_missing",
+            "passage_id",
+            postgresql_where=sql("embedding IS NULL"),
+        ),
+        Index(
+            "passage_vectors_embedding",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
     )
-    tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    passage_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    tenant_id: Mapped[int] = _tenant()
+    agent_id: Mapped[int] = _agent()
     embedding: Mapped[Any] = mapped_column(HALFVEC(), nullable=True)
 
 
@@ -251,12 +356,22 @@ class PassageWord(Base):
     goes with the passage."""
 
     __tablename__ = "passage_words"
-    passage_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("passages.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        _owned_by("passage_words", "passage_id", "passages"),
+        _owned_by("passage_words", "agent_id", "agents"),
+        # ranking by key words reads (tenant, agent, word) and finds passage and count there
+        Index(
+            "passage_words_lookup",
+            "tenant_id",
+            "agent_id",
+            "lexeme",
+            postgresql_include=["passage_id", "words"],
+        ),
     )
+    passage_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    tenant_id: Mapped[int] = _tenant()
+    agent_id: Mapped[int] = _agent()
     words: Mapped[int] = mapped_column(Integer)
 
 
@@ -265,25 +380,35 @@ class PassageTerm(Base):
     `MessageTerm` for messages; the row with the empty lexeme counts the passages."""
 
     __tablename__ = "passage_terms"
-    agent_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
-    )
+    __table_args__ = (_owned_by("passage_terms", "agent_id", "agents"),)
+    agent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    tenant_id: Mapped[int] = _tenant_fk()
+    tenant_id: Mapped[int] = _tenant()
     passages: Mapped[int] = mapped_column(Integer)
 
 
 class Event(Base):
     __tablename__ = "events"
-    # A redelivery is stored once per member (migration 0008): platform ids are not a member's.
-    __table_args__ = (UniqueConstraint("agent_id", "dedup_key"),)
+    __table_args__ = (
+        # A redelivery is stored once per member (migration 0008; tenant first since 0017):
+        # platform ids are not a member's.
+        UniqueConstraint(
+            "tenant_id", "agent_id", "dedup_key", name="events_agent_id_dedup_key_key"
+        ),
+        _owned_by("events", "agent_id", "agents"),
+        _by_id("events"),
+        Index("events_agent_time", "agent_id", "created_at"),
+        Index("events_pending", "agent_id", "id", postgresql_where=sql("status = 'pending'")),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    agent_id: Mapped[int] = _agent()
     kind: Mapped[str] = mapped_column(String)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
     dedup_key: Mapped[str | None] = mapped_column(String)
-    status: Mapped[str] = mapped_column(String, default="pending")  # core.events.EventStatus
+    status: Mapped[str] = mapped_column(  # core.events.EventStatus
+        String, default="pending", server_default="pending"
+    )
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     processed_at: Mapped[datetime | None] = mapped_column(TS)
@@ -296,27 +421,34 @@ class Usage(Base):
     """
 
     __tablename__ = "usage"
-    agent_id: Mapped[int] = mapped_column(
-        BigInteger, ForeignKey("agents.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        _owned_by("usage", "agent_id", "agents"),
+        Index("usage_tenant_day", "tenant_id", "day"),
     )
+    agent_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # prompt + completion
-    calls: Mapped[int] = mapped_column(Integer, default=0)
-    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0)  # prompt, from cache
-    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+    # prompt + completion
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=ZERO)
+    calls: Mapped[int] = mapped_column(Integer, default=0, server_default=ZERO)
+    # of the prompt, served from the provider's cache
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=ZERO)
+    completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default=ZERO)
 
 
 class AuditEntry(Base):
     """One admin action on member data: who did what to whom, and when."""
 
     __tablename__ = "audit_log"
+    __table_args__ = (Index("audit_log_tenant", "tenant_id", "id"),)
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
     actor: Mapped[str] = mapped_column(String)
     action: Mapped[str] = mapped_column(String)
     target: Mapped[str | None] = mapped_column(String)
-    detail: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
+    detail: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, default=dict, server_default=sql("'{}'::jsonb")
+    )
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
@@ -324,14 +456,26 @@ class Reply(Base):
     """One reply in the outbox: written with the turn, marked when delivered."""
 
     __tablename__ = "outbox"
+    __table_args__ = (
+        _owned_by("outbox", "agent_id", "agents"),
+        _by_id("outbox"),
+        Index("outbox_event", "event_id"),
+        Index(
+            "outbox_undelivered",
+            "agent_id",
+            "id",
+            postgresql_where=sql("delivered_at IS NULL"),
+        ),
+    )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()
-    agent_id: Mapped[int] = _agent_fk()
+    agent_id: Mapped[int] = _agent()
     event_id: Mapped[int | None] = mapped_column(BigInteger)
     text: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TS)
     delivered_at: Mapped[datetime | None] = mapped_column(TS)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)  # failed sends so far
+    # failed sends so far
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=ZERO)
     last_error: Mapped[str | None] = mapped_column(Text)
 
 
@@ -343,6 +487,10 @@ class WebSession(Base):
     """
 
     __tablename__ = "web_sessions"
+    __table_args__ = (
+        Index("web_sessions_expiry", "expires_at"),
+        Index("web_sessions_member", "tenant", "member"),
+    )
     token_hash: Mapped[str] = mapped_column(String, primary_key=True)
     tenant: Mapped[str] = mapped_column(String)  # the tenant key, e.g. discord:<guild id>
     member: Mapped[str | None] = mapped_column(String)  # the member; None: an admin's session
@@ -358,7 +506,9 @@ class SigningSecret(Base):
     readable by the app's own role only (migration 0029 revokes it from everyone else)."""
 
     __tablename__ = "signing_secret"
-    one: Mapped[bool] = mapped_column(Boolean, primary_key=True, default=True)
+    one: Mapped[bool] = mapped_column(
+        Boolean, primary_key=True, default=True, server_default="true"
+    )
     value: Mapped[str] = mapped_column(Text)
 
 
@@ -367,5 +517,6 @@ class SpentLink(Base):
     not this process's link lifetime), whatever sessions or members are erased meanwhile."""
 
     __tablename__ = "spent_links"
+    __table_args__ = (Index("spent_links_expiry", "expires_at"),)
     nonce: Mapped[str] = mapped_column(String, primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(TS)
