@@ -399,6 +399,9 @@ class Event(Base):
         _by_id("events"),
         Index("events_agent_time", "agent_id", "created_at"),
         Index("events_pending", "agent_id", "id", postgresql_where=sql("status = 'pending'")),
+        # looked up without the member: is this platform message stored? (migration 0030)
+        Index("events_dedup_key", "dedup_key"),
+        Index("events_waiting", "created_at", postgresql_where=sql("status = 'waiting'")),
     )
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     tenant_id: Mapped[int] = _tenant_fk()

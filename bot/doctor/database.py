@@ -21,6 +21,7 @@ from bot.database import (
     asyncpg_url,
     database_server,
     make_engine,
+    pending,
 )
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
@@ -79,9 +80,17 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         )
     elif current <= known:
         at, head = ", ".join(sorted(current)), ", ".join(sorted(newest))
-        results.append(
-            ok(f"database migrations: at {at}; the next companion command migrates it to {head}")
-        )
+        heavy = [r.name for r in pending(current) if r.rewrites_tables]
+        if heavy:
+            results.append(
+                warn(
+                    f"database migrations: at {at}; revision {heavy[0]} rewrites tables: run "
+                    f"`companion migrate` once (to {head}); until then no other command starts"
+                )
+            )
+        else:
+            next_one = f"the next companion command migrates it to {head}"
+            results.append(ok(f"database migrations: at {at}; {next_one}"))
     else:
         results.append(
             fail(

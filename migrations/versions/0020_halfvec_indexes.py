@@ -29,6 +29,7 @@ revision = "0020"
 down_revision = "0019"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # rebuilds the vector indexes
 
 INDEXES = (("message_vectors", "message_vectors_embedding"), ("passages", "passages_embedding"))
 
