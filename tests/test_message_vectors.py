@@ -13,7 +13,8 @@ from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import MIGRATIONS, make_engine, migrate, serve_as_app_role
+from bot.database import make_engine, migrate, serve_as_app_role
+from bot.migrations import MIGRATIONS
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent
 from core.members.portability import parse_export

@@ -16,7 +16,8 @@ import pytest
 from alembic import command
 from sqlalchemy import text
 
-from bot.database import make_engine, migrate, newest_revisions, pending, revisions
+from bot.database import make_engine
+from bot.migrations import migrate, newest_revisions, pending, revisions
 from core.errors import ConfigError, MigrationNeeded
 from core.memory.prompt import message_tokens
 from core.models import Message

@@ -5,12 +5,11 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
 
-from core.config import EngineConfig
+from core.config import EngineConfig, ScheduleConfig
 from core.events import EventKind, InboundEvent
 from core.members.service import Members
 from core.models import Agent
 from core.runtime.tick import tick
-from core.schedule.policy import ScheduleConfig
 from tests.fake_openai import (
     calls,
     completion,

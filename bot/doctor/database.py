@@ -12,19 +12,10 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot import idle_stop
-from bot.database import (
-    ADMIN_SQL,
-    APP_ROLE,
-    MANAGED,
-    MIGRATIONS,
-    as_role,
-    asyncpg_url,
-    database_server,
-    make_engine,
-    pending,
-)
+from bot.database import APP_ROLE, as_role, asyncpg_url, database_server, make_engine
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
+from bot.migrations import ADMIN_SQL, MANAGED, MIGRATIONS, pending
 from bot.settings import Settings
 from core.errors import CompanionError
 

@@ -23,13 +23,13 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.config import ScheduleConfig
 from core.directory import member_of
 from core.events import EventKind, InboundEvent
 from core.models import Agent, Event, Tenant, User
 from core.schedule.policy import (
     OpenerHistory,
     Plan,
-    ScheduleConfig,
     catch_up,
     jitter_for,
     next_opener,
