@@ -1,4 +1,4 @@
-"""The tables in core/models.py are the tables the migrations make, nothing more or less.
+"""The tables in core/models/ are the tables the migrations make, nothing more or less.
 
 Three checks on a freshly migrated schema (the `schema` fixture: every revision replayed, or a
 copy tests/test_schema_copy.py holds equal to that):
@@ -110,7 +110,7 @@ async def test_the_models_are_the_migrated_schema(sessions):
 
 async def test_a_drift_of_each_kind_is_found(sessions):
     """The checks above would see a change to the migrated schema that the models do not
-    follow: the events' unique key without the tenant (what core/models.py said from 0017
+    follow: the events' unique key without the tenant (what core/models said from 0017
     until 0030), a partial index over other rows, a primary key of other columns."""
     async with sessions() as session, session.begin():
         for change in (

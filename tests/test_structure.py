@@ -147,6 +147,45 @@ def test_an_import_from_a_layer_below_is_found():
     ]
 
 
+PLATFORM_WORDS = re.compile(r"discord|slack|guild|snowflake|channel_id", re.IGNORECASE)
+
+
+def platform_literals(source: str) -> list[str]:
+    """The strings of code (not docstrings or comments) that name a platform or its ids."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and PLATFORM_WORDS.search(node.value)
+    ]
+
+
+def test_core_code_names_no_platform():
+    """Platform knowledge (meta keys, id formats) lives in the adapters, which hand it in."""
+    found = {
+        name: words
+        for name, path in modules().items()
+        if name.startswith("core") and (words := platform_literals(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_a_platform_s_meta_key_in_core_is_found():
+    source = '"""Reads Discord back."""\nchannel = meta["channel_id"].astext\n'
+    assert platform_literals(source) == ["channel_id"]
+
+
 def test_adapters_never_reach_into_the_composition_root():
     for name, path in modules().items():
         if name.startswith("adapters"):

@@ -37,6 +37,7 @@ from adapters.inbound import (
 )
 from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
+from core.runtime.seen import Places
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,10 @@ class ChannelReplies:
             reference = self.message.to_reference(fail_if_not_exists=False)
             self.quote = False
         await post_reply(self.message.channel, self.me, text, reference)
+
+
+# The keys of `_meta` that say where a message was written, for reading channels back.
+WHERE = Places(place="channel_id", position="message_id", group="guild_id")
 
 
 def _meta(message: discord.Message) -> dict[str, Any]:
