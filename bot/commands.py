@@ -125,7 +125,7 @@ async def _tenant(app: App, args: argparse.Namespace) -> int:
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     from bot.progress import Progress
-    from core.members.reembed import change_dimension, reembed
+    from core.memory.reembed import change_dimension, reembed
 
     if app.embedder is None:
         raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")

@@ -36,7 +36,7 @@ from adapters.slack.posting import post_reply
 from core.companion import Where
 from core.errors import EventTooLarge, UploadRejected
 from core.events import EventKind, InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES
+from core.memory.documents import MAX_UPLOAD_BYTES
 from core.runtime.engine import Engine
 from core.scope import Scope
 

@@ -42,7 +42,7 @@ class Tenant(Base):
     )
     created_at: Mapped[datetime] = mapped_column(TS, server_default=func.now())
     # When the platform removed the bot (a Slack workspace uninstalled the app): its memory
-    # is erased once the grace period has passed (core.members.tenancy).
+    # is erased once the grace period has passed (core.tenants.tenancy).
     departed_at: Mapped[datetime | None] = mapped_column(TS)
 
 

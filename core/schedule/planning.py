@@ -147,7 +147,7 @@ async def _due(
     session: AsyncSession, column: Any, now: datetime, batch: int
 ) -> list[tuple[Agent, Tenant, User]]:
     """Agents whose `column` time has come, locked; rows another process holds are skipped.
-    A community the platform removed the bot from waits (core.members.tenancy)."""
+    A community the platform removed the bot from waits (core.tenants.tenancy)."""
     departed = select(Tenant.id).where(Tenant.departed_at.is_not(None))
     agents = await session.scalars(
         select(Agent)

@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-import core.members.documents as documents
+import core.memory.documents as documents
 import core.memory.tokens as tokens
 from adapters.common import SORRY
 from adapters.discord.posting import DISCORD_LIMIT
 from core.errors import UploadRejected
-from core.members.documents import MAX_UPLOAD_BYTES, chunk_text
+from core.memory.documents import MAX_UPLOAD_BYTES, chunk_text
 from core.models import Event, Passage
 from core.scope import Scope
 from tests.fake_discord import attachment
