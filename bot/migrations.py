@@ -204,8 +204,20 @@ async def current_revisions(connection: AsyncConnection) -> set[str] | None:
     return set(await connection.scalars(text("SELECT version_num FROM alembic_version")))
 
 
+def _refuse_unknown(current: set[str] | None) -> None:
+    """A revision this version does not know: a newer Companion migrated the database."""
+    unknown = sorted((current or set()) - set(revisions()))
+    if unknown:
+        raise ConfigError(
+            f"the database is at revision {', '.join(unknown)}, which this version of "
+            "Companion does not know: a newer version migrated it; run that version (or "
+            "restore a backup taken before it)"
+        )
+
+
 def _refuse_rewrites(current: set[str] | None) -> None:
     """A database with tables that needs a table-rewriting revision is `companion migrate`'s."""
+    _refuse_unknown(current)
     if not current:
         return  # a new database: every table is empty, nothing to rewrite
     for revision in pending(current):
@@ -244,6 +256,7 @@ async def _apply(
     """What is still pending once the lock is ours (another process may have done it)."""
     current = await current_revisions(connection)
     await connection.rollback()
+    _refuse_unknown(current)
     if not rewrite_tables:
         _refuse_rewrites(current)
     todo = pending(current or set())

@@ -223,3 +223,31 @@ def test_0007_counts_a_message_as_the_application_counts_it_whole():
     ]
     for message in cases:
         assert frozen.tokens_of(message) == message_tokens(message, 10**12), message.role
+
+
+async def test_a_database_a_newer_version_migrated_is_left_alone_in_one_line(pg_url, fake):
+    engine, schema = await schema_at(pg_url, HEAD)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+        env = cli_env(fake, pg_url, schema)
+        for command_words in (["migrate"], ["openers", "list"]):
+            refused = await run_cli(env, *command_words)
+            assert refused.code == 2
+            assert refused.err.strip().splitlines() == [
+                "companion: the database is at revision 9999, which this version of Companion "
+                "does not know: a newer version migrated it; run that version (or restore a "
+                "backup taken before it)"
+            ]
+        assert await revision_of(engine) == {"9999"}
+    finally:
+        await engine.dispose()
+
+
+async def test_companion_migrate_exits_1_in_one_line_when_the_database_is_unreachable(fake):
+    env = cli_env(fake, "postgresql://companion@127.0.0.1:9/nowhere")
+    failed = await run_cli(env, "migrate")
+    assert failed.code == 1
+    (line,) = failed.err.strip().splitlines()
+    assert line.startswith("companion: the database failed (")
+    assert failed.out == ""
