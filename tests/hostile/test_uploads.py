@@ -207,7 +207,9 @@ async def test_engine_upload(eng, module_fake, module_sessions, name):
         exchange = await eng.upload(scope, spec.name, data, dedup_key=f"up:{uid()}")
     except UploadRejected as refused:
         error = refused
-    assert time.perf_counter() - started < 3.0, "took too long"
+    # A guard against the pathological (a quadratic path once took minutes), not a speed
+    # target: those are in bench/, and a loaded machine may take a few seconds here.
+    assert time.perf_counter() - started < 30.0, "took minutes: a pathological path"
     await check_refused_or_stored(module_sessions, scope, spec, error)
     if error is None:
         assert exchange.replies and all(r.strip() for r in exchange.replies)
