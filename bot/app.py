@@ -26,18 +26,18 @@ from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.local_embedder import LocalEmbedder
-from core.members.access import Access
 from core.members.community import Community
-from core.members.reembed import adopt_dimension
 from core.members.service import Members
-from core.members.tenancy import Tenancy
 from core.memory.embeddings import EmbeddingWorker
+from core.memory.reembed import adopt_dimension
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.memory.window import check_window
 from core.ports import ChatModel, Completion, Embedder
 from core.runtime.engine import Engine, utcnow
 from core.runtime.pictures import Vision
+from core.tenants.access import Access
+from core.tenants.tenancy import Tenancy
 from core.wire.health import WireHealth
 
 if TYPE_CHECKING:

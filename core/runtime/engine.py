@@ -29,21 +29,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, func, select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent
 from core.errors import ClaimLost, CompanionError
 from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
-from core.members.admission import Admitted
-from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
@@ -53,6 +51,7 @@ from core.ports import NoPlatforms, Platforms, Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
 from core.runtime.handling import Handler, agent_events, waits_for_model
+from core.runtime.intake import Admit, Taken, insert_event, take
 from core.runtime.outbox import Outbox
 from core.runtime.pictures import Pictures, Vision
 from core.runtime.presence import Checkpoint, Claim, Presence
@@ -70,20 +69,6 @@ UNREAD_FILES = (
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-ADMITTED = Admitted(True)
-Admit = Callable[[AsyncSession], Awaitable[Admitted]]  # the admins' rules, in a transaction
-
-
-@dataclass(frozen=True)
-class Taken:
-    """What `Engine.take` did with a platform's message: stored (`scope`, `event_id`), or
-    not, as the admins' rules say (`admitted`, with what to tell the member)."""
-
-    admitted: Admitted
-    scope: Scope | None = None
-    event_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -155,55 +140,12 @@ class Engine:
         admit: Admit | None = None,
         display_name: str | None = None,
     ) -> Taken:
-        """A platform's message stored for the member's agent (made the first time), in one
-        transaction, which `admit` (the admins' rules) is asked first: a message it refuses
-        is not stored. What a platform's acknowledgement waits for, so one round of the
-        pool and as few round trips as the work allows. `hold`: as for `submit`."""
-        payload = event.payload()  # too large: refused before anything is written
-        async with self.sessions() as session, session.begin():
-            verdict = await admit(session) if admit is not None else ADMITTED
-            if not verdict.answer:
-                return Taken(verdict)
-            scope = await ensure_agent(session, tenant, user, self.mind.config, display_name)
-            await enter_scope(session, scope)
-            event_id, _ = await self._insert_event(session, scope, event, hold, payload)
-        return Taken(verdict, scope, event_id)
-
-    async def _insert_event(
-        self,
-        session: AsyncSession,
-        scope: Scope,
-        event: InboundEvent,
-        hold: bool = False,
-        payload: dict[str, Any] | None = None,
-    ) -> tuple[int, bool]:
-        """(event id, whether it is new); a redelivery gets the first delivery's id."""
-        values = {
-            "tenant_id": scope.tenant_id,
-            "agent_id": scope.agent_id,
-            "kind": str(event.kind),
-            "payload": payload if payload is not None else event.payload(),
-            "dedup_key": event.dedup_key,
-            "status": EventStatus.WAITING if hold else EventStatus.PENDING,
-            "created_at": self.clock(),
-        }
-        # Keys per agent (migrations 0008, 0017): another member's same platform id is theirs.
-        new_id = await session.scalar(
-            insert(Event)
-            .values(**values)
-            .on_conflict_do_nothing(
-                index_elements=[Event.tenant_id, Event.agent_id, Event.dedup_key]
-            )
-            .returning(Event.id)
+        """A platform's message stored for the member's agent in one transaction, `admit`
+        (the admins' rules) asked first: see `core.runtime.intake.take`."""
+        config, now = self.mind.config, self.clock()
+        return await take(
+            self.sessions, config, now, tenant, user, event, hold, admit, display_name
         )
-        if new_id is not None:
-            return int(new_id), True
-        existing = await session.scalar(
-            select(Event.id).where(agent_events(scope), Event.dedup_key == event.dedup_key)
-        )
-        if existing is None:  # the key's row exists but is not this agent's: cannot happen
-            raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
-        return int(existing), False
 
     async def submit(self, scope: Scope, event: InboundEvent, hold: bool = False) -> int:
         """Store the event before anything else happens to it.
@@ -213,7 +155,7 @@ class Engine:
         """
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
-            return (await self._insert_event(session, scope, event, hold))[0]
+            return (await insert_event(session, scope, event, self.clock(), hold))[0]
 
     async def release(self, scope: Scope, event_id: int, note: str | None = None) -> None:
         """A held event joins the agent's pending events (once; later calls do nothing),
@@ -278,7 +220,7 @@ class Engine:
         event = InboundEvent(EventKind.USER_ACTION, text, dedup_key, meta or {})
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
-            event_id, new = await self._insert_event(session, scope, event)
+            event_id, new = await insert_event(session, scope, event, self.clock())
             if new:
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 now, embedder = self.clock(), self.mind.embedder
