@@ -7,7 +7,7 @@ import socket
 
 import aiohttp
 
-from tests.conftest import COMPANION, cli_env
+from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_slack import FakeSlack, signed
 from tests.rigs import slack_envelope
 
@@ -86,14 +86,7 @@ async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, sch
 
 
 async def test_run_without_platforms_says_what_to_set(fake, pg_url, schema):
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        "run",
-        env=cli_env(fake, pg_url, schema),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await proc.communicate()
-    assert proc.returncode == 2
-    assert "DISCORD_TOKEN" in err.decode() and "SLACK_BOT_TOKEN" in err.decode()
-    assert len(err.decode().strip().splitlines()) == 1
+    started = await run_cli(cli_env(fake, pg_url, schema), "run")
+    assert started.code == 2
+    assert "DISCORD_TOKEN" in started.err and "SLACK_BOT_TOKEN" in started.err
+    assert len(started.err.strip().splitlines()) == 1
