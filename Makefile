@@ -27,16 +27,16 @@ dev: $(BIN)/pytest  ## install Companion with the test and lint tools
 chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent (embedded database)
 	$(BIN)/companion chat
 
-# The browser tests run in a process of their own: in one process with the whole suite,
-# headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
-# own. Each browser test has its own Chromium and runs again once if that one stops
-# answering (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
-# One process: `pytest -n 2` (pytest-xdist, an embedded Postgres per worker) takes 7 minutes
-# on 2 cores where one process takes 13, but once under two workers a `companion chat` in a
-# test was still running after 60 s (not reproduced since); CI keeps the proven way.
+# Two workers (pytest-xdist), each with its own embedded Postgres: the suite's tests wait on
+# processes, sockets and the database as much as they compute, so two share 2 cores well.
+# The browser tests are one group on one worker, beside the rest, in one Chromium
+# (tests/test_browser.py); a browser test whose Chromium stops answering runs once more in a
+# new one (it did, twice, when the browser tests shared a process with the whole suite), and
+# nothing else is ever run again. No test may take over 10 minutes (pyproject.toml).
+# `make test WORKERS=0` runs everything in this one process.
+WORKERS ?= 2
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
-	$(BIN)/pytest --ignore=tests/test_browser.py
-	$(BIN)/pytest tests/test_browser.py
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup
 
 lint: $(BIN)/pytest
 	$(BIN)/ruff check .
