@@ -2,7 +2,7 @@
 
 A refused token stops the start with one line (exit 2); an unreachable platform is
 `retrying` in /readyz while the rest serves, and SIGTERM stops the process in every mode;
-a connected platform is announced with who the bot is. After a restart, the backlog is
+a connected platform is announced with who the bot is (tests/test_run.py). After a restart, the backlog is
 worked off in the background, several members at a time, while /healthz answers.
 """
 
@@ -123,19 +123,6 @@ async def test_an_unreachable_platform_is_retrying_and_sigterm_still_stops(
     said = [line["message"] for line in lines(err)]
     assert any(m.startswith(f"{name}: cannot reach") for m in said), said
     assert said[-1] == "stopped"
-
-
-async def test_a_connected_platform_is_announced_and_ready(fake, pg_url, schema):
-    port = free_port()
-    async with FakeSlack() as api:
-        proc = await start(slack_http_env(fake, pg_url, schema, api, port))
-        try:
-            body = await until_ready_state(port, lambda status, body: status == 200)
-            assert body["platforms"]["Slack"]["state"] == "connected"
-        finally:
-            code, err = await stop(proc)
-    said = [line["message"] for line in lines(err)]  # at the default level
-    assert any(m.startswith("Slack: connected as @") and "HTTP mode" in m for m in said), said
 
 
 async def test_a_backlog_is_worked_off_side_by_side_while_health_answers(
