@@ -2,8 +2,9 @@
 
 A refused token stops the start with one line (exit 2); an unreachable platform is
 `retrying` in /readyz while the rest serves, and SIGTERM stops the process in every mode;
-a connected platform is announced with who the bot is (tests/test_run.py). After a restart, the backlog is
-worked off in the background, several members at a time, while /healthz answers.
+a connected platform is announced with who the bot is (tests/test_run.py). After a
+restart, the backlog is worked off in the background, several members at a time, while
+/healthz answers.
 """
 
 from __future__ import annotations
