@@ -89,7 +89,7 @@ pytestmark = [
         reason="Chromium is not installed (apt-get install chromium); .ci/run installs it",
     ),
     pytest.mark.flaky(reruns=1, only_rerun=["BrowserStalled"]),
-    pytest.mark.xdist_group("chromium"),  # under `make test`, one worker runs them all: one launch
+    pytest.mark.xdist_group("chromium"),  # with `-n 2 --dist loadgroup`: one worker, one launch
 ]
 
 
