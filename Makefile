@@ -34,10 +34,10 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # `make test WORKERS=2` runs the rest on two workers (pytest-xdist, an embedded Postgres
 # each; the browser tests are one group, for one worker). It is not the default: its one
 # full run on a heavily loaded 2-core machine (load 10-15) took 31 min where one process
-# took 37, with three tests red that one process passed (a 3 s bound on an upload, and a
-# Traceback in the logs of two real-process tests: a Discord shard process redelivering the
-# other's reply, and the SIGKILL campaign of tests/test_acknowledged.py); earlier, under two
-# workers, a `companion chat` in a test was once still running after 60 s.
+# took 37, with three tests red that one process passed (a 3 s bound on an upload, since
+# made 30 s, and a Traceback in the logs of two real-process tests: a Discord shard process
+# redelivering the other's reply, and the SIGKILL campaign of tests/test_acknowledged.py);
+# earlier, under two workers, a `companion chat` in a test was once still running after 60 s.
 WORKERS ?= 0
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py
