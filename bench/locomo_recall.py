@@ -1,7 +1,7 @@
 """Evidence recall of `conversation_search` on LoCoMo, through the product's own search.
 
     python bench/locomo_recall.py [--data ../shared/data/locomo/locomo_dev.json] [--k 5,10,25]
-                                  [--embedder local|none] [--conversations 0-4]
+                                  [--embedder local|multilingual|none] [--conversations 0-4]
 
 For each LoCoMo conversation: one agent, whose member is speaker_a (the display name) and
 whose persona says "I am <speaker_b>"; every turn of every session becomes a message
@@ -73,14 +73,27 @@ from bot.eval.locomo import (
 )
 from core.config import EngineConfig
 from core.local_embedder import LocalEmbedder
-from core.memory.embeddings import embed_missing
+from core.memory.embeddings import embed_missing, query_vector
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tools import ToolContext, find_messages
+from core.multilingual_embedder import MultilingualEmbedder, package_dir
 from core.ports import Embedder
 from core.scope import Scope
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+QUERY_KEY = "\x00query\x00"  # a query's vector, kept apart from a stored text's
+
+
+def embedder_named(name: str) -> Embedder:
+    """What COMPANION_EMBEDDING_MODEL gives in process: `local` (unset: all-MiniLM-L6-v2)
+    or `multilingual` (multilingual-e5-small, the extra companion[multilingual])."""
+    if name == "multilingual":
+        package_dir()  # not installed: one line saying how
+        return MultilingualEmbedder()
+    return LocalEmbedder()
 
 
 class CachedEmbedder:
@@ -92,17 +105,25 @@ class CachedEmbedder:
         self.vectors: dict[str, list[float]] = {}
         if path and path.exists():
             self.vectors = pickle.loads(path.read_bytes())
-        self.seconds, self.computed = 0.0, 0
+        self.seconds, self.cpu, self.computed = 0.0, 0.0, 0
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if missing:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for t, v in zip(missing, await self.inner.embed(missing), strict=True):
                 self.vectors[t] = v
             self.seconds += time.perf_counter() - start
+            self.cpu += time.process_time() - cpu
             self.computed += len(missing)
         return [self.vectors[t] for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        """A search's vector, in the query form where the model has one (e5)."""
+        key = QUERY_KEY + text
+        if key not in self.vectors:
+            self.vectors[key] = await query_vector(self.inner, text)
+        return self.vectors[key]
 
     def save(self) -> None:
         if self.path:
@@ -210,7 +231,10 @@ async def main() -> None:
     parser.add_argument("--k", default="5,10,25", help="cut-offs, comma-separated")
     parser.add_argument("--conversations", help='which ones, by position: "0-4", "5,7"')
     parser.add_argument(
-        "--embedder", choices=["local", "none"], default="local", help="none: full text only"
+        "--embedder",
+        choices=["local", "multilingual", "none"],
+        default="local",
+        help="local: all-MiniLM-L6-v2; multilingual: multilingual-e5-small; none: full text only",
     )
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
     args = parser.parse_args()
@@ -218,7 +242,9 @@ async def main() -> None:
     samples = read_samples(args.data, args.conversations)
     host = machine()
     embedder = (
-        CachedEmbedder(LocalEmbedder(), args.vectors_cache) if args.embedder == "local" else None
+        CachedEmbedder(embedder_named(args.embedder), args.vectors_cache)
+        if args.embedder != "none"
+        else None
     )
 
     product, reference = Scores(), Scores()
@@ -282,7 +308,10 @@ async def main() -> None:
 
     turns = sum(len(d) for _, d in loaded)
     if embedder is not None and embedder.computed:
-        speed = f"{embedder.computed / embedder.seconds:.0f} turns/s computed"
+        speed = (
+            f"{embedder.computed / embedder.seconds:.0f} turns/s computed, "
+            f"{1000 * embedder.cpu / embedder.computed:.1f} ms CPU a turn"
+        )
     else:
         speed = "from the cache" if embedder else "none"
     print(

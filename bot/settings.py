@@ -14,7 +14,8 @@ from pathlib import Path
 
 from core.config import DEFAULT_WINDOW, FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
-from core.local_embedder import LOCAL_DIMENSION
+from core.local_embedder import LOCAL_DIMENSION, LOCAL_MODEL
+from core.multilingual_embedder import MULTILINGUAL, MULTILINGUAL_DIMENSION, MULTILINGUAL_MODEL
 from core.prices import Price, parse_prices, price_for
 
 
@@ -122,6 +123,13 @@ def _secret(raw: str | None) -> str | None:
     return raw
 
 
+def _embedding_model(env: Mapping[str, str]) -> str | None:
+    """COMPANION_EMBEDDING_MODEL: None (unset) is the built-in model; `multilingual` and
+    `none` are words of their own (any case), anything else a model on the endpoint."""
+    raw = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
+    return raw.lower() if raw.lower() in (MULTILINGUAL, "none") else raw or None
+
+
 def _embedding_dim(env: Mapping[str, str]) -> int:
     """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one.
 
@@ -130,7 +138,10 @@ def _embedding_dim(env: Mapping[str, str]) -> int:
     starting. `companion doctor` says so.
     """
     dim = _int(env, "COMPANION_EMBEDDING_DIM", None)
-    if env.get("COMPANION_EMBEDDING_MODEL", "").strip():
+    model = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
+    if model.lower() == MULTILINGUAL:
+        return MULTILINGUAL_DIMENSION
+    if model:
         return dim or 1536
     return LOCAL_DIMENSION
 
@@ -183,7 +194,8 @@ class Settings:
     openai_api_key: str | None = None
     model: str | None = None
     context_window: int | None = None
-    embedding_model: str | None = None  # None: the local embedder; "none": full text only
+    # None: the local embedder; "multilingual": the local multilingual one; "none": full text only
+    embedding_model: str | None = None
     embedding_dim: int = LOCAL_DIMENSION
     database_url: str | None = None
     db_schema: str | None = None
@@ -232,7 +244,7 @@ class Settings:
             openai_api_key=env.get("OPENAI_API_KEY", "").strip() or None,
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
-            embedding_model=env.get("COMPANION_EMBEDDING_MODEL", "").strip() or None,
+            embedding_model=_embedding_model(env),
             embedding_dim=_embedding_dim(env),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
@@ -277,6 +289,25 @@ class Settings:
             member_daily_usd=_dollars(env, "COMPANION_MEMBER_DAILY_USD"),
             prices=parse_prices(env.get("COMPANION_PRICES", "")),
         )
+
+    @property
+    def embeds_in_process(self) -> bool:
+        """The embedding model runs in this process: the built-in or the multilingual one."""
+        return self.embedding_model in (None, MULTILINGUAL)
+
+    @property
+    def embedder_name(self) -> str:
+        """The embedding model, as a person reads it."""
+        if self.embedding_model == MULTILINGUAL:
+            return MULTILINGUAL_MODEL
+        return self.embedding_model or LOCAL_MODEL
+
+    @property
+    def embedder_said(self) -> str:
+        """The in-process embedding model, in a sentence."""
+        if self.embedding_model == MULTILINGUAL:
+            return "the multilingual embedding model"
+        return "the local embedding model"
 
     def require_model(self) -> None:
         """One line naming every missing model setting, or nothing."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 Send = Callable[[str], Awaitable[None]]
 Progress = Callable[[int, int], None]  # (done, total) of a long operator command
@@ -59,7 +59,16 @@ class ChatModel(Protocol):
 
 
 class Embedder(Protocol):
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of texts to store (messages, passages)."""
+        ...
+
+
+@runtime_checkable
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder whose model embeds a search unlike a stored text (e5: "query: ")."""
+
+    async def embed_query(self, text: str) -> list[float]: ...
 
 
 class Counter(StrEnum):

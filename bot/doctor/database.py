@@ -108,11 +108,11 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
                 f"the embedder's {settings.embedding_dim} at the next start"
             )
         )
-    elif not settings.embedding_model:
+    elif settings.embeds_in_process:
         results.append(
             fail(
-                f"pgvector {version}; the database holds {held}-dimension embeddings and the "
-                f"local embedding model gives {settings.embedding_dim}: run `companion reembed "
+                f"pgvector {version}; the database holds {held}-dimension embeddings and "
+                f"{settings.embedder_said} gives {settings.embedding_dim}: run `companion reembed "
                 f"--dim {settings.embedding_dim}`, or set COMPANION_EMBEDDING_MODEL (and "
                 f"COMPANION_EMBEDDING_DIM={held}) back to the model that made them"
             )

@@ -19,6 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
+from core.memory.embeddings import query_vector
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
@@ -218,7 +219,7 @@ async def _query_vector(ctx: ToolContext, query: str) -> tuple[list[float] | Non
     if ctx.embedder is None:
         return None, ""
     try:
-        return (await ctx.embedder.embed([query]))[0], ""
+        return await query_vector(ctx.embedder, query), ""
     except EmbeddingError as error:
         return None, f"(Searched by key words: {error}.)\n"
 
