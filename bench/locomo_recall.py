@@ -73,7 +73,7 @@ from bot.eval.locomo import (
 )
 from core.config import EngineConfig
 from core.local_embedder import LocalEmbedder
-from core.memory.embeddings import embed_missing, query_vector
+from core.memory.embeddings import closeness_of, embed_missing, query_vector
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tools import ToolContext, find_messages
@@ -84,6 +84,7 @@ from core.scope import Scope
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
+PAGE_SIZES = (3, 5, 8, 10)  # pages read at other sizes than the product's (EngineConfig)
 QUERY_KEY = "\x00query\x00"  # a query's vector, kept apart from a stored text's
 
 
@@ -106,6 +107,7 @@ class CachedEmbedder:
         if path and path.exists():
             self.vectors = pickle.loads(path.read_bytes())
         self.seconds, self.cpu, self.computed = 0.0, 0.0, 0
+        self.closeness = closeness_of(inner)  # the model's own cut, unless --closeness
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
@@ -237,6 +239,10 @@ async def main() -> None:
         help="local: all-MiniLM-L6-v2; multilingual: multilingual-e5-small; none: full text only",
     )
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
+    parser.add_argument(
+        "--closeness",
+        help="FLOOR,MARGIN: the cut of vector-only hits instead of the embedder's own",
+    )
     args = parser.parse_args()
     ks = sorted(int(k) for k in args.k.split(","))
     samples = read_samples(args.data, args.conversations)
@@ -247,10 +253,14 @@ async def main() -> None:
         else None
     )
 
+    if embedder is not None and args.closeness:
+        floor, margin = (float(x) for x in args.closeness.split(","))
+        embedder.closeness = ranking.Closeness(floor, margin)
     product, reference = Scores(), Scores()
     evidence = EvidenceLog()
     latency: list[float] = []
     paging: list[tuple[int, int, int]] = []  # (results, pages told, pages read) per question
+    asked: list[tuple[int, list[str], set[str]]] = []  # (results, first ids, gold): other sizes
     per_conversation = []
     dim = LocalEmbedder.dimension
     async with bench_database(args.database_url, embedding_dim=dim, pool_size=2) as db:
@@ -293,6 +303,7 @@ async def main() -> None:
                     if qa["category"] != 5:
                         told, read = pages_at(EngineConfig().page_size, page.total, ids, gold)
                         paging.append((page.total, told, read))
+                        asked.append((page.total, ids, gold))
                     ranked = {k: ids[:k] for k in ks}
                     product.add(qa["category"], gold, ranked)
                     mine.add(qa["category"], gold, ranked)
@@ -329,7 +340,8 @@ async def main() -> None:
                 f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
                 f"RRF k {ranking.RRF_K}, "
                 f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
-                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}",
+                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}; vector-only "
+                f"hits count from {embedder.closeness if embedder else '-'}",
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
                 f"for {turns} turns)",
                 "reference": "Okapi BM25 k1=1.2 b=0.75 on the same 'english' lexemes (Python)",
@@ -369,6 +381,13 @@ async def main() -> None:
             f"holding the first evidence turn, or every page when none of the first "
             f"{max(ks)} holds one)"
         )
+    if asked:
+        rows = []
+        for size in PAGE_SIZES:
+            told, read = zip(*(pages_at(size, n, ids, gold) for n, ids, gold in asked), strict=True)
+            rows.append([size, f"{statistics.fmean(told):.2f}", f"{statistics.fmean(read):.2f}"])
+        print("\nPages by page size (all but adversarial; the same ranking, read as above)")
+        print(table(["page size", "pages told", "pages read"], rows))
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from bot.embedders import IN_PROCESS, embedding_dim, embedding_model
 from core.config import DEFAULT_WINDOW, FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
-from core.local_embedder import LOCAL_DIMENSION, LOCAL_MODEL
-from core.multilingual_embedder import MULTILINGUAL, MULTILINGUAL_DIMENSION, MULTILINGUAL_MODEL
+from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
 
 
@@ -123,29 +123,6 @@ def _secret(raw: str | None) -> str | None:
     return raw
 
 
-def _embedding_model(env: Mapping[str, str]) -> str | None:
-    """COMPANION_EMBEDDING_MODEL: None (unset) is the built-in model; `multilingual` and
-    `none` are words of their own (any case), anything else a model on the endpoint."""
-    raw = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
-    return raw.lower() if raw.lower() in (MULTILINGUAL, "none") else raw or None
-
-
-def _embedding_dim(env: Mapping[str, str]) -> int:
-    """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one.
-
-    Without COMPANION_EMBEDDING_MODEL the setting is checked but not used: the local model has
-    one size, and deployments configured for key words only (an old .env with 1536) must keep
-    starting. `companion doctor` says so.
-    """
-    dim = _int(env, "COMPANION_EMBEDDING_DIM", None)
-    model = env.get("COMPANION_EMBEDDING_MODEL", "").strip()
-    if model.lower() == MULTILINGUAL:
-        return MULTILINGUAL_DIMENSION
-    if model:
-        return dim or 1536
-    return LOCAL_DIMENSION
-
-
 @dataclass(frozen=True)
 class DiscordShards:
     """COMPANION_DISCORD_SHARDS: `auto` (ids and count None: as many shards as Discord
@@ -244,8 +221,10 @@ class Settings:
             openai_api_key=env.get("OPENAI_API_KEY", "").strip() or None,
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
-            embedding_model=_embedding_model(env),
-            embedding_dim=_embedding_dim(env),
+            embedding_model=embedding_model(env),
+            embedding_dim=embedding_dim(
+                embedding_model(env), _int(env, "COMPANION_EMBEDDING_DIM", None)
+            ),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
@@ -293,21 +272,16 @@ class Settings:
     @property
     def embeds_in_process(self) -> bool:
         """The embedding model runs in this process: the built-in or the multilingual one."""
-        return self.embedding_model in (None, MULTILINGUAL)
+        return self.embedding_model in IN_PROCESS
 
     @property
     def embedder_name(self) -> str:
-        """The embedding model, as a person reads it."""
-        if self.embedding_model == MULTILINGUAL:
-            return MULTILINGUAL_MODEL
-        return self.embedding_model or LOCAL_MODEL
+        """The embedding model as a person reads it (`embedder_said`: in a sentence)."""
+        return IN_PROCESS.get(self.embedding_model, ("", str(self.embedding_model)))[1]
 
     @property
     def embedder_said(self) -> str:
-        """The in-process embedding model, in a sentence."""
-        if self.embedding_model == MULTILINGUAL:
-            return "the multilingual embedding model"
-        return "the local embedding model"
+        return IN_PROCESS.get(self.embedding_model, ("the embedding model",))[0]
 
     def require_model(self) -> None:
         """One line naming every missing model setting, or nothing."""

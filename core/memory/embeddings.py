@@ -2,6 +2,7 @@
 
     query_vector(embedder, query)       a search's vector (in the query form where the model
                                         has one)
+    closeness_of(embedder)              how near a vector-only hit must be to count, for its model
     embed_missing(sessions, embedder)   one pass: every message and passage without a vector
     EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
                                         at start (the catch-up), when `wake()` is called after
@@ -32,12 +33,20 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import EmbeddingError
+from core.memory.ranking import Closeness
 from core.ports import Embedder, QueryEmbedder
 
 log = logging.getLogger(__name__)
 
 EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
 WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
+
+
+def closeness_of(embedder: Embedder | None) -> Closeness:
+    """The embedder's own `closeness` (floor, margin: its similarities' spread), else the
+    default measured for MiniLM."""
+    own = getattr(embedder, "closeness", None)
+    return Closeness(*own) if isinstance(own, tuple) else own or Closeness()
 
 
 async def query_vector(embedder: Embedder, query: str) -> list[float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 DEPTH = 100  # ids taken from each ranking (full text, nearest vectors) before fusion
 RRF_K = 10  # 1 / (k + rank): a small k trusts the top of each list more
@@ -32,6 +33,16 @@ SIMILARITY_FLOOR = 0.3
 SIMILARITY_MARGIN = 0.15
 WORD_RATIO = 0.5
 CONTEXT_ANCHORS = 5
+
+
+@dataclass(frozen=True)
+class Closeness:
+    """How near in meaning a row found by its vector alone must be to count as a result.
+    Each embedding model spreads its similarities its own way (MiniLM from 0 to 0.9, e5
+    between 0.7 and 0.9 for anything), so an embedder may carry its own (`closeness`)."""
+
+    floor: float = SIMILARITY_FLOOR
+    margin: float = SIMILARITY_MARGIN
 
 
 def fuse(

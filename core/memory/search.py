@@ -40,6 +40,7 @@ from core.memory.ranking import (
     NEIGHBOUR_WEIGHTS,
     SPEAKER_WEIGHT,
     WORD_RATIO,
+    Closeness,
     close_enough,
     fuse,
     word_matches,
@@ -80,6 +81,7 @@ async def recall_search(
     skip_event: int | None = None,
     embedding: Sequence[float] | None = None,
     speaker: str | None = None,
+    closeness: Closeness | None = None,
 ) -> Page:
     """Messages (either side) sharing key words with `query`, or near it in meaning, best first.
 
@@ -90,7 +92,16 @@ async def recall_search(
     if embedding is None:
         return await _by_words(session, scope, query, page, page_size, skip_event)
     return await _hybrid_search(
-        session, scope, "messages", query, embedding, page, page_size, skip_event, speaker
+        session,
+        scope,
+        "messages",
+        query,
+        embedding,
+        page,
+        page_size,
+        skip_event,
+        speaker,
+        closeness,
     )
 
 
@@ -161,12 +172,22 @@ async def archival_search(
     embedding: Sequence[float] | None,
     page: int = 1,
     page_size: int = 5,
+    closeness: Closeness | None = None,
 ) -> Page:
     """Passages sharing key words with `query` or near it in meaning (key words alone
     when there is no embedding)."""
     if embedding is None:
         return await _by_words(session, scope, query, page, page_size, None, keywords.PASSAGES)
-    return await _hybrid_search(session, scope, "passages", query, embedding, page, page_size)
+    return await _hybrid_search(
+        session,
+        scope,
+        "passages",
+        query,
+        embedding,
+        page,
+        page_size,
+        closeness=closeness,
+    )
 
 
 # ---------------------------------------------------------------- fusion
@@ -247,7 +268,9 @@ async def _hybrid_search(
     page_size: int,
     skip_event: int | None = None,
     speaker: str | None = None,
+    closeness: Closeness | None = None,
 ) -> Page:
+    closeness = closeness or Closeness()
     columns = _columns(table)
     params = {
         "tenant": scope.tenant_id,
@@ -264,7 +287,8 @@ async def _hybrid_search(
     nearest_sql = _NEAREST_SQL.format(**columns, dim=len(embedding))  # as the index is made
     nearest = (await session.execute(text(nearest_sql), {**params, "q": vector})).all()
     by_meaning = [r.id for r in nearest]
-    matched = word_matches(scored) | close_enough([(r.id, 1 - r.distance) for r in nearest])
+    similar = [(r.id, 1 - r.distance) for r in nearest]
+    matched = word_matches(scored) | close_enough(similar, closeness.floor, closeness.margin)
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:
         anchors = fused[:ANCHORS]

@@ -19,7 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
-from core.memory.embeddings import query_vector
+from core.memory.embeddings import closeness_of, query_vector
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
@@ -232,7 +232,15 @@ async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Pa
     store = ctx.store
     size = ctx.config.page_size
     found = await recall_search(
-        store.session, store.scope, cleaned, page, size, ctx.event_id, embedding, speaker
+        store.session,
+        store.scope,
+        cleaned,
+        page,
+        size,
+        ctx.event_id,
+        embedding,
+        speaker,
+        closeness_of(ctx.embedder),
     )
     return found, note
 
@@ -318,7 +326,13 @@ async def archival_memory_search(
     embedding, note = await _query_vector(ctx, cleaned)
     store = ctx.store
     found = await archival_search(
-        store.session, store.scope, cleaned, embedding, _page_number(page), ctx.config.page_size
+        store.session,
+        store.scope,
+        cleaned,
+        embedding,
+        _page_number(page),
+        ctx.config.page_size,
+        closeness_of(ctx.embedder),
     )
     return note + _format_page(found, "passages", query, _nothing(query, "passages", note, ctx))
 
