@@ -88,6 +88,18 @@ PAGE_SIZES = (3, 5, 8, 10)  # pages read at other sizes than the product's (Engi
 QUERY_KEY = "\x00query\x00"  # a query's vector, kept apart from a stored text's
 
 
+def try_constant(setting: str) -> None:
+    """NAME=VALUE: a ranking constant changed for this run, where search reads it too."""
+    import core.memory.search as search
+
+    name, raw = setting.split("=", 1)
+    old = getattr(ranking, name)
+    value = tuple(float(x) for x in raw.split(",")) if isinstance(old, tuple) else type(old)(raw)
+    for module in (ranking, search):
+        if hasattr(module, name):
+            setattr(module, name, value)
+
+
 def embedder_named(name: str) -> Embedder:
     """What COMPANION_EMBEDDING_MODEL gives in process: `local` (unset: all-MiniLM-L6-v2)
     or `multilingual` (multilingual-e5-small, the extra companion[multilingual])."""
@@ -240,6 +252,13 @@ async def main() -> None:
     )
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another ranking constant (core.memory.ranking), e.g. SPEAKER_WEIGHT=1.5",
+    )
+    parser.add_argument(
         "--closeness",
         help="FLOOR,MARGIN: the cut of vector-only hits instead of the embedder's own",
     )
@@ -253,6 +272,8 @@ async def main() -> None:
         else None
     )
 
+    for setting in args.set:
+        try_constant(setting)
     if embedder is not None and args.closeness:
         floor, margin = (float(x) for x in args.closeness.split(","))
         embedder.closeness = ranking.Closeness(floor, margin)
@@ -341,7 +362,8 @@ async def main() -> None:
                 f"RRF k {ranking.RRF_K}, "
                 f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
                 f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}; vector-only "
-                f"hits count from {embedder.closeness if embedder else '-'}",
+                f"hits count from {embedder.closeness if embedder else '-'}"
+                + (f"; tried: {', '.join(args.set)}" if args.set else ""),
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
                 f"for {turns} turns)",
                 "reference": "Okapi BM25 k1=1.2 b=0.75 on the same 'english' lexemes (Python)",
@@ -388,6 +410,16 @@ async def main() -> None:
             rows.append([size, f"{statistics.fmean(told):.2f}", f"{statistics.fmean(read):.2f}"])
         print("\nPages by page size (all but adversarial; the same ranking, read as above)")
         print(table(["page size", "pages told", "pages read"], rows))
+        rows = []
+        for cap in (10, 15, 20, 25):
+            size = EngineConfig().page_size
+            told, read = zip(
+                *(pages_at(size, min(n, cap), ids[:cap], gold) for n, ids, gold in asked),
+                strict=True,
+            )
+            rows.append([cap, f"{statistics.fmean(told):.2f}", f"{statistics.fmean(read):.2f}"])
+        print(f"\nPages at {EngineConfig().page_size} a page if only the best N results counted")
+        print(table(["N", "pages told", "pages read"], rows))
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(

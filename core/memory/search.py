@@ -38,6 +38,7 @@ from core.memory.ranking import (
     CONTEXT_ANCHORS,
     DEPTH,
     NEIGHBOUR_WEIGHTS,
+    RESULTS_CAP,
     SPEAKER_WEIGHT,
     WORD_RATIO,
     Closeness,
@@ -62,6 +63,7 @@ class Page:
     page: int
     pages: int
     total: int
+    matched: int | None = None  # more than `total` matched: only the best `total` are told
 
 
 def _page_of(rows: list[Any], page: int, page_size: int, total: int | None = None) -> Page:
@@ -306,6 +308,9 @@ async def _hybrid_search(
             rankings.append([row_id for row_id in fused if row_id in said])
             fused = fuse(rankings, [*weights, SPEAKER_WEIGHT])
     fused = [row_id for row_id in fused if row_id in matched]  # the order of all, kept
+    matches = len(fused)
+    if table == "messages":
+        fused = fused[:RESULTS_CAP]
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
@@ -313,7 +318,8 @@ async def _hybrid_search(
         result = await session.execute(text(rows_sql), {**params, "ids": wanted})
         found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in result}
     hits = [found[row_id] for row_id in wanted if row_id in found]
-    return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))
+    pages = max(1, math.ceil(len(fused) / page_size))
+    return Page(hits, page, pages, len(fused), matches if matches > len(fused) else None)
 
 
 async def _neighbours(

@@ -121,7 +121,8 @@ def _format_page(page: Page, what: str, query: str = "", nothing: str = "") -> s
         return nothing or f"No {what}."
     if page.page > page.pages:
         raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
-    lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
+    told = f"the best {page.total} of {page.matched}" if page.matched else f"{page.total}"
+    lines = [f"Showing {what}: page {page.page} of {page.pages} ({told} results)."]
     for hit in page.hits:
         when = hit.created_at.strftime("%Y-%m-%d %H:%M")
         label = f" {hit.kind}" if hit.kind else ""
