@@ -200,6 +200,10 @@ async def test_reembed_switches_a_deployment_to_it_even_at_the_same_size(
     with pytest.raises(ConfigError, match=r"made by all-MiniLM-L6-v2.*run `companion reembed`"):
         async with open_app(Settings.from_env(chosen)):
             pass
+    doctor = await run_cli(chosen, "doctor")
+    line = next(x for x in doctor.out.splitlines() if "pgvector" in x)
+    assert line.startswith("FAIL") and "made by all-MiniLM-L6-v2" in line
+    assert "run `companion reembed`" in line
     partial = await run_cli(chosen, "reembed", "--missing")
     assert partial.code == 2 and "run `companion reembed` (all of them)" in partial.err
     done = await run_cli(chosen, "reembed")
