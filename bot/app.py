@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
+from bot.delivery import Router
 from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
@@ -57,6 +58,9 @@ class App:
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
     endpoint: Endpoint  # the model endpoint, for other models on it (an eval's judge)
+    # The engine's way to members outside a live handler: each platform a command serves
+    # adds itself (`companion run`, `companion tick`); none for the rest.
+    platforms: Router
 
 
 class Endpoint:
@@ -169,7 +173,8 @@ async def open_app(
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
         vision = Vision(settings.vision, settings.model or "unset")
-        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision)
+        platforms = Router()
+        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision, platforms=platforms)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(
@@ -192,6 +197,7 @@ async def open_app(
                 held_dim,
                 metrics,
                 endpoint,
+                platforms,
             )
 
 
