@@ -120,7 +120,9 @@ async def _agent_with(sessions, lines, name=None):
 
 
 async def test_the_turn_after_a_matching_question_is_found_though_it_shares_no_word(sessions):
-    filler = [("user", f"note {i}: the name of street {i} is on the map") for i in range(120)]
+    """Among the best ten a search tells (`RESULTS_CAP`): with 120 rows sharing "name" the
+    answer ranked past them, on a page the model would not have read, and is no longer told."""
+    filler = [("user", f"note {i}: the name of street {i} is on the map") for i in range(6)]
     lines = filler + [
         ("user", "we got a puppy! what name should the puppy get?"),
         ("assistant", "Rex, after your grandfather"),
