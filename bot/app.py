@@ -26,12 +26,10 @@ from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.local_embedder import LocalEmbedder
-from core.members.access import Access
 from core.members.community import Community
-from core.members.reembed import adopt_dimension, held_model, record_model
 from core.members.service import Members
-from core.members.tenancy import Tenancy
 from core.memory.embeddings import EmbeddingWorker
+from core.memory.reembed import adopt_dimension, held_model, record_model
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.memory.window import check_window
@@ -39,6 +37,8 @@ from core.multilingual_embedder import MULTILINGUAL, MultilingualEmbedder, packa
 from core.ports import ChatModel, Completion, Embedder
 from core.runtime.engine import Engine, utcnow
 from core.runtime.pictures import Vision
+from core.tenants.access import Access
+from core.tenants.tenancy import Tenancy
 from core.wire.health import WireHealth
 
 if TYPE_CHECKING:
