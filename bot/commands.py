@@ -125,21 +125,24 @@ async def _tenant(app: App, args: argparse.Namespace) -> int:
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     from bot.progress import Progress
-    from core.memory.reembed import change_dimension, reembed
+    from core.memory.reembed import change_dimension, held_model, reembed
 
     if app.embedder is None:
         raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
     wanted, held = app.settings.embedding_dim, app.embedding_dim
+    name, made_by = app.settings.embedder_name, await held_model(app.sessions)
     progress = Progress("re-embedding passages and messages")
     if args.dim and args.dim != held:
         if args.dim != wanted:
-            if app.settings.embedding_model is None:
+            if app.settings.embeds_in_process:
                 raise ConfigError(
-                    f"the local embedding model gives {wanted} dimensions, not {args.dim}; "
+                    f"{app.settings.embedder_said} gives {wanted} dimensions, not {args.dim}; "
                     "set COMPANION_EMBEDDING_MODEL for an endpoint model of another size"
                 )
             raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
-        count = await change_dimension(app.sessions, app.embedder, args.dim, progress=progress)
+        count = await change_dimension(
+            app.sessions, app.embedder, args.dim, progress=progress, model=name
+        )
         print(
             f"re-embedded {count} passages and messages at {args.dim} dimensions", file=sys.stderr
         )
@@ -149,7 +152,20 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
             f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
             f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
         )
-    count = await reembed(app.sessions, app.embedder, only_missing=args.missing, progress=progress)
+    if made_by not in (None, name):  # another model of the same size: all of them, beside
+        if args.missing:
+            raise ConfigError(
+                f"the stored embeddings were made by {made_by}, not {name}: run "
+                "`companion reembed` (all of them)"
+            )
+        count = await change_dimension(
+            app.sessions, app.embedder, held, progress=progress, model=name
+        )
+        print(f"re-embedded {count} passages and messages with {name}", file=sys.stderr)
+        return 0
+    count = await reembed(
+        app.sessions, app.embedder, only_missing=args.missing, progress=progress, model=name
+    )
     print(f"re-embedded {count} passages and messages", file=sys.stderr)
     return 0
 
