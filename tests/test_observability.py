@@ -3,6 +3,7 @@ Prometheus metrics, /healthz and /readyz, and `companion doctor`."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
