@@ -38,6 +38,7 @@ from aiohttp import ClientSession, web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
+from adapters.slack.signatures import watch_signatures
 from bot.app import App
 from bot.delivery import Router
 from bot.health import Health, serving
@@ -146,7 +147,8 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     host, port = settings.http_host, settings.http_port
 
     def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes
-        routes = http_routes(bolt.web_app(path="/slack/events"), app, health)
+        bolt_app = watch_signatures(bolt.web_app(path="/slack/events"), "/slack/events")
+        routes = http_routes(bolt_app, app, health)
         return serving(routes, host, port, grace=STORE_GRACE_SECONDS)
 
     slack_http = settings.slack_over_http
