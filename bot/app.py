@@ -17,30 +17,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-from bot.database import open_database
-from bot.observability import PrometheusMetrics
 from bot.settings import Settings
-from core.config import EngineConfig
 from core.errors import ConfigError
-from core.local_embedder import LocalEmbedder
-from core.members.access import Access
-from core.members.community import Community
-from core.members.reembed import adopt_dimension
-from core.members.service import Members
-from core.members.tenancy import Tenancy
-from core.memory.embeddings import EmbeddingWorker
-from core.memory.tokens import TokenCounter
-from core.memory.turn import Mind
-from core.memory.window import check_window
-from core.ports import ChatModel, Completion, Embedder
-from core.runtime.engine import Engine, utcnow
-from core.runtime.pictures import Vision
-from core.wire.health import WireHealth
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported by open_app: `bot.app` itself is cheap to import (Endpoint)
     import openai
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from bot.metrics import PrometheusMetrics
+    from core.config import EngineConfig
+    from core.members.access import Access
+    from core.members.community import Community
+    from core.members.service import Members
+    from core.members.tenancy import Tenancy
+    from core.ports import ChatModel, Completion, Embedder
+    from core.runtime.engine import Engine
+    from core.wire.health import WireHealth
 
 
 @dataclass(frozen=True)
@@ -131,6 +123,21 @@ async def open_app(
     clock: Callable[[], datetime] | None = None,
     keep_warm: bool = False,
 ) -> AsyncIterator[App]:
+    from bot.database import open_database
+    from bot.metrics import PrometheusMetrics
+    from core.members.access import Access
+    from core.members.community import Community
+    from core.members.reembed import adopt_dimension
+    from core.members.service import Members
+    from core.members.tenancy import Tenancy
+    from core.memory.embeddings import EmbeddingWorker
+    from core.memory.tokens import TokenCounter
+    from core.memory.turn import Mind
+    from core.memory.window import check_window
+    from core.runtime.engine import Engine, utcnow
+    from core.runtime.pictures import Vision
+    from core.wire.health import WireHealth
+
     config: EngineConfig = settings.engine_config()
     if need_model:
         settings.require_model()
@@ -145,7 +152,7 @@ async def open_app(
         ) as (sessions, held_dim),
         Endpoint(settings) as endpoint,
     ):
-        embedder = _embedder(settings, endpoint)
+        embedder = embedder_of(settings, endpoint)
         if embedder is not None and check_dimension and held_dim != settings.embedding_dim:
             if await adopt_dimension(sessions, settings.embedding_dim):
                 held_dim = settings.embedding_dim  # no vector was stored: nothing to redo
@@ -186,10 +193,12 @@ async def open_app(
             )
 
 
-def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
+def embedder_of(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     """The endpoint's model when one is named, none for "none", else the local one."""
     name = settings.embedding_model
     if name is None:
+        from core.local_embedder import LocalEmbedder
+
         return LocalEmbedder()
     if name.lower() == "none":
         return None

@@ -15,17 +15,21 @@ import logging
 import os
 import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy.exc import DBAPIError
+from typing import TYPE_CHECKING, Any
 
 from bot import idle_stop
-from bot.app import App, open_app
 from bot.log_filters import redact
 from bot.observability import configure_logging, log_options
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from bot.app import App
+    from core.ports import Embedder
 
 # Each command imports what only it needs when it runs (the servers, the doctor, the eval,
 # the terminal chat...): a command starts with its own imports, not every command's.
@@ -121,23 +125,50 @@ async def _tenant(app: App, args: argparse.Namespace) -> int:
     return await erase_tenant(app, args.tenant, args.yes, _operator())
 
 
-async def _reembed(app: App, args: argparse.Namespace) -> int:
+async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
+    """The database and the embedder alone: not the engine and its imports."""
+    from bot.app import Endpoint, embedder_of
+    from bot.database import open_database
+
+    async with (
+        open_database(
+            settings.database_url,
+            settings.data_dir,
+            settings.embedding_dim,
+            settings.db_schema,
+            keep_warm=idle_stop.may_outlive(),
+        ) as (sessions, held),
+        Endpoint(settings) as endpoint,
+    ):
+        embedder = embedder_of(settings, endpoint)
+        if embedder is None:
+            raise ConfigError(
+                "COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with"
+            )
+        return await _reembed_with(sessions, embedder, settings, held, args)
+
+
+async def _reembed_with(
+    sessions: async_sessionmaker[AsyncSession],
+    embedder: Embedder,
+    settings: Settings,
+    held: int,
+    args: argparse.Namespace,
+) -> int:
     from bot.progress import Progress
     from core.members.reembed import change_dimension, reembed
 
-    if app.embedder is None:
-        raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
-    wanted, held = app.settings.embedding_dim, app.embedding_dim
+    wanted = settings.embedding_dim
     progress = Progress("re-embedding passages and messages")
     if args.dim and args.dim != held:
         if args.dim != wanted:
-            if app.settings.embedding_model is None:
+            if settings.embedding_model is None:
                 raise ConfigError(
                     f"the local embedding model gives {wanted} dimensions, not {args.dim}; "
                     "set COMPANION_EMBEDDING_MODEL for an endpoint model of another size"
                 )
             raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
-        count = await change_dimension(app.sessions, app.embedder, args.dim, progress=progress)
+        count = await change_dimension(sessions, embedder, args.dim, progress=progress)
         print(
             f"re-embedded {count} passages and messages at {args.dim} dimensions", file=sys.stderr
         )
@@ -147,7 +178,7 @@ async def _reembed(app: App, args: argparse.Namespace) -> int:
             f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
             f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
         )
-    count = await reembed(app.sessions, app.embedder, only_missing=args.missing, progress=progress)
+    count = await reembed(sessions, embedder, only_missing=args.missing, progress=progress)
     print(f"re-embedded {count} passages and messages", file=sys.stderr)
     return 0
 
@@ -180,10 +211,21 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _usage(app: App, args: argparse.Namespace) -> int:
+async def _usage(settings: Settings, args: argparse.Namespace) -> int:
+    """The database alone: neither the engine nor the embedder (their imports are most of a
+    second), so the report is the first line within about one."""
+    from bot.database import open_database
     from bot.usage import usage_report
 
-    print("\n".join(await usage_report(app, args.tenant, args.days, app.engine.clock())))
+    async with open_database(
+        settings.database_url,
+        settings.data_dir,
+        settings.embedding_dim,
+        settings.db_schema,
+        keep_warm=idle_stop.may_outlive(),
+    ) as (sessions, _):
+        lines = await usage_report(sessions, settings, args.tenant, args.days, datetime.now(UTC))
+    print("\n".join(lines))
     return 0
 
 
@@ -227,12 +269,16 @@ COMMANDS = {
     "import": _import,
     "reset": _reset,
     "tenant": _tenant,
-    "reembed": _reembed,
-    "usage": _usage,
 }
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "usage":
+        return await _usage(settings, args)
+    if args.command == "reembed":
+        return await _reembed(settings, args)
+    from bot.app import open_app
+
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
     if args.command == "run":
         settings.require_platform()
@@ -251,7 +297,6 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     async with open_app(
         settings,
         need_model=need_model,
-        check_dimension=args.command != "reembed",
         clock=clock,
         keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
     ) as app:
@@ -284,7 +329,8 @@ def execute(args: argparse.Namespace) -> int:
 
 def failure_line(error: BaseException) -> str:
     """An unexpected failure as one line: what happened, and how to see more."""
-    if isinstance(error, DBAPIError | OSError):
+    exc = sys.modules.get("sqlalchemy.exc")  # not imported yet: not a database error
+    if isinstance(error, OSError) or (exc and isinstance(error, exc.DBAPIError)):
         cause = getattr(error, "orig", None) or error
         words = str(cause).strip().splitlines()
         what = f"{type(cause).__name__}: {words[0] if words else 'no details'}"
