@@ -165,8 +165,11 @@ async def send(
     return started, acknowledged, replied
 
 
-async def wait_listening(http: aiohttp.ClientSession, port: int, proc: Any) -> None:
-    for _ in range(600):
+async def wait_listening(
+    http: aiohttp.ClientSession, port: int, proc: Any, seconds: float = 60.0
+) -> None:
+    """Until `companion run` on `port` says it is ready; exits the bench if it stops or lags."""
+    for _ in range(int(seconds * 10)):
         if proc.returncode is not None:
             raise SystemExit(f"companion run exited with {proc.returncode}")
         try:
@@ -176,7 +179,7 @@ async def wait_listening(http: aiohttp.ClientSession, port: int, proc: Any) -> N
         except aiohttp.ClientError:
             pass
         await asyncio.sleep(0.1)
-    raise SystemExit("companion run did not become ready")
+    raise SystemExit(f"companion run was not ready in {seconds:.0f} s")
 
 
 def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: Any) -> dict:

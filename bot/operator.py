@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -64,11 +65,7 @@ async def preview_tick(app: App, now: datetime) -> str:
         f"{kinds.count('opener')} openers due"
     )
     if found.respread:
-        first, last = min(found.respread), max(found.respread)
-        line += (
-            f", {len(found.respread)} long-overdue openers would be re-spread between "
-            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z"
-        )
+        line += respread_clause(found.respread, "would be re-spread", "")
     return "\n".join([*lines, line + f", {kinds.count('upkeep')} upkeep runs due"])
 
 
@@ -80,12 +77,17 @@ def tick_summary(report: TickReport, now: datetime) -> str:
         f"{report.silent} silent, {report.undelivered} waiting for the member)"
     )
     if report.respread:
-        first, last = min(report.respread), max(report.respread)
-        line += (
-            f", {len(report.respread)} long-overdue openers re-spread between "
-            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z instead of sent at once"
-        )
+        line += respread_clause(report.respread, "re-spread", " instead of sent at once")
     return line + f", {kinds.count('upkeep')} upkeep runs"
+
+
+def respread_clause(times: Sequence[datetime], done: str, tail: str) -> str:
+    """The part of a tick's line that says which long-overdue openers were spread out."""
+    first, last = min(times), max(times)
+    return (
+        f", {len(times)} long-overdue openers {done} between "
+        f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z{tail}"
+    )
 
 
 async def erase_tenant(app: App, tenant: str, yes: bool, actor: str) -> int:
