@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # imported by open_app: `bot.app` itself is cheap to import (
     import openai
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+    from bot.delivery import Router
     from bot.metrics import PrometheusMetrics
     from core.config import EngineConfig
     from core.members.access import Access
@@ -48,6 +49,9 @@ class App:
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
     endpoint: Endpoint  # the model endpoint, for other models on it (an eval's judge)
+    # The engine's way to members outside a live handler: each platform a command serves
+    # adds itself (`companion run`, `companion tick`); none for the rest.
+    platforms: Router
 
 
 class Endpoint:
@@ -124,6 +128,7 @@ async def open_app(
     keep_warm: bool = False,
 ) -> AsyncIterator[App]:
     from bot.database import open_database
+    from bot.delivery import Router
     from bot.metrics import PrometheusMetrics
     from core.members.access import Access
     from core.members.community import Community
@@ -167,7 +172,8 @@ async def open_app(
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
         vision = Vision(settings.vision, settings.model or "unset")
-        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision)
+        platforms = Router()
+        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision, platforms=platforms)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(
@@ -190,6 +196,7 @@ async def open_app(
                 held_dim,
                 metrics,
                 endpoint,
+                platforms,
             )
 
 

@@ -40,7 +40,6 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from adapters.common import Services
 from adapters.slack.signatures import watch_signatures
 from bot.app import App
-from bot.delivery import Router
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
 from bot.rights import PlatformRights
@@ -58,9 +57,11 @@ REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; th
 
 
 @asynccontextmanager
-async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOScheduler]:
+async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
+    """The scheduler's jobs; what they send goes through the engine's `Platforms`."""
+
     async def scheduler_pass() -> None:
-        report = await tick(app.engine, app.engine.clock(), router)
+        report = await tick(app.engine, app.engine.clock())
         if report.claimed:
             log.info(
                 "tick: %d claimed, %d sent, %d silent",
@@ -80,7 +81,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
     )
 
     async def redelivery() -> None:
-        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER, router)
+        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER)
         if done or failing:
             log.info("redelivered replies of %d events, %d still failing", done, failing)
 
@@ -105,7 +106,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
 
     async def backlog() -> None:
         if await app.engine.resume(at_once=RESUME_AT_ONCE):
-            await app.engine.outbox.redeliver(timedelta(0), router)
+            await app.engine.outbox.redeliver(timedelta(0))
 
     scheduler.add_job(
         backlog,
@@ -139,10 +140,8 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         access=app.access,
         community=app.community,
     )
-    router = Router()
     rights = PlatformRights()
     app.access.rights = rights  # admin sessions: re-checked with the platforms served here
-    app.engine.outbox.platforms = router  # answers go out in the order members wrote
     health = Health(app.sessions, app.metrics, app.engine.mind.health)
     host, port = settings.http_host, settings.http_port
 
@@ -155,9 +154,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await outlets.enter_async_context(
-                discord_running(app, services, router, health, rights)
-            )
+            await outlets.enter_async_context(discord_running(app, services, health, rights))
         # Slack's replies go out over these kept-alive connections: closed after the turns too.
         connections = None
         if settings.slack_bot_token:
@@ -169,10 +166,10 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             await inlets.enter_async_context(serving_ops(app, health))
             if settings.slack:
                 await inlets.enter_async_context(
-                    slack_running(app, services, router, health, serve_slack, connections, rights)
+                    slack_running(app, services, health, serve_slack, connections, rights)
                 )
-            app.engine.activity.start(recover(app, router), "recovery after start")
-            await inlets.enter_async_context(scheduler_running(app, router))
+            app.engine.activity.start(recover(app), "recovery after start")
+            await inlets.enter_async_context(scheduler_running(app))
             health.started = True
             log.info("serving on %s:%s (health, inspector)", host, port)
             await stop.wait()
@@ -196,11 +193,11 @@ async def finish_in_flight(app: App, deadline: float) -> None:
         await app.engine.activity.cancel()
 
 
-async def recover(app: App, router: Router) -> None:
+async def recover(app: App) -> None:
     """What an earlier process left: its pending events (RESUME_AT_ONCE agents at a time,
     beside the new events), then every reply not yet sent."""
     resumed = await app.engine.resume(at_once=RESUME_AT_ONCE)
-    done, failing = await app.engine.outbox.redeliver(timedelta(0), router)
+    done, failing = await app.engine.outbox.redeliver(timedelta(0))
     if resumed or done or failing:
         log.info(
             "after start: resumed %d agents; delivered %d events, %d failing",

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import discord
 
+from adapters.discord.tenants import EVERY
 from core.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ async def catch_up(client: Reader, engine: Engine) -> int:
     """Read back every channel the bot talked in lately (of the servers the client reads
     back: a shard's, with several); returns how many messages it took."""
     since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
-    seen = await engine.seen.newest_per_channel("discord:", since)
+    seen = await engine.seen.newest_per_channel(EVERY, since)
     newest = {c: n.message_id for c, n in seen.items() if client.reads_back(n.guild_id)}
     if newest:  # a first mention in a channel of its servers since the newest it stored
         latest = max(newest.values())

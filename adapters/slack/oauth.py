@@ -47,6 +47,7 @@ from adapters.slack.events import tenant_key
 from core.errors import NotInstalled
 from core.members.tenancy import Tenancy
 from core.sealing import Sealer
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 INSTALL_PATH = "/slack/install"
@@ -192,7 +193,7 @@ class Workspaces:
     async def client(self, tenant: str) -> AsyncWebClient:
         """The client of the workspace of `tenant` (`slack:<team id>`); NotInstalled when the
         workspace has no installation (never had, or removed the app)."""
-        team = tenant.removeprefix("slack:")
+        team = TenantKey.parse(tenant).id
         bot = await self.installations.latest_bot(team)
         installation = bot and await self.installations.async_find_installation(
             enterprise_id=bot.enterprise_id, team_id=team

@@ -13,8 +13,10 @@
                            release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
     (`engine.pictures` looks at shared pictures; deliver, redeliver, take_replies, ... come
-    from `engine.outbox`; what is in progress, for a clean shutdown, from `engine.activity`;
-    what was stored from where, for reading a platform back after a restart, `engine.seen`)
+    from `engine.outbox`, which reaches members outside a live handler through
+    `engine.platforms`, handed in; what is in progress, for a clean shutdown, from
+    `engine.activity`; what was stored from where, for reading a platform back after a
+    restart, `engine.seen`)
 
 A drain first claims the agent in Postgres (`Presence`): one process works on an agent at a
 time, its events one at a time, in arrival order. Each event's turn commits what it did
@@ -46,7 +48,7 @@ from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
 from core.memory.window import MainContext
 from core.models import Event
-from core.ports import Send
+from core.ports import NoPlatforms, Platforms, Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
 from core.runtime.handling import Handler, agent_events, waits_for_model
@@ -92,12 +94,16 @@ class Engine:
         embeddings: EmbeddingWorker | None = None,
         presence: Presence | None = None,
         vision: Vision | None = None,
+        platforms: Platforms | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
         self.clock = clock
         self.embeddings = embeddings  # woken after each commit that stored new messages
-        self.outbox = Outbox(sessions, clock)
+        # Members outside a live handler (openers, retried replies), through the platforms
+        # the composition root serves: none unless it hands them in.
+        self.platforms = platforms or NoPlatforms()
+        self.outbox = Outbox(sessions, clock, self.platforms)
         self.activity = Activity()
         self.seen = Seen(sessions)
         self.handler = Handler(mind, clock)  # what one event comes to, inside the claim
