@@ -29,7 +29,7 @@ from adapters.common import Services
 from core.companion import Where
 from core.errors import EventTooLarge, Refused
 from core.events import EventKind, InboundEvent
-from core.members.documents import check_upload
+from core.memory.documents import check_upload
 from core.ports import Posting, Send
 from core.runtime.engine import Engine
 from core.runtime.pictures import check_picture, is_picture

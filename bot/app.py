@@ -27,12 +27,12 @@ if TYPE_CHECKING:  # imported by open_app: `bot.app` itself is cheap to import (
     from bot.delivery import Router
     from bot.metrics import PrometheusMetrics
     from core.config import EngineConfig
-    from core.members.access import Access
     from core.members.community import Community
     from core.members.service import Members
-    from core.members.tenancy import Tenancy
     from core.ports import ChatModel, Completion, Embedder
     from core.runtime.engine import Engine
+    from core.tenants.access import Access
+    from core.tenants.tenancy import Tenancy
     from core.wire.health import WireHealth
 
 
@@ -130,17 +130,17 @@ async def open_app(
     from bot.database import open_database
     from bot.delivery import Router
     from bot.metrics import PrometheusMetrics
-    from core.members.access import Access
     from core.members.community import Community
-    from core.members.reembed import adopt_dimension
     from core.members.service import Members
-    from core.members.tenancy import Tenancy
     from core.memory.embeddings import EmbeddingWorker
+    from core.memory.reembed import adopt_dimension
     from core.memory.tokens import TokenCounter
     from core.memory.turn import Mind
     from core.memory.window import check_window
     from core.runtime.engine import Engine, utcnow
     from core.runtime.pictures import Vision
+    from core.tenants.access import Access
+    from core.tenants.tenancy import Tenancy
     from core.wire.health import WireHealth
 
     config: EngineConfig = settings.engine_config()

@@ -140,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("tenant", type=TENANT, help="e.g. slack:<team id>, discord:<guild id>")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    commands.add_parser(
+        "migrate",
+        help="bring the database to this version's schema, revision by revision (deploys "
+        "run it once before starting; other commands refuse a revision that rewrites tables)",
+    )
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
     commands.add_parser("web", help="serve the memory inspector (and health checks) alone")
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,7 +157,7 @@ async def _reembed_with(
     args: argparse.Namespace,
 ) -> int:
     from bot.progress import Progress
-    from core.members.reembed import change_dimension, reembed
+    from core.memory.reembed import change_dimension, reembed
 
     wanted = settings.embedding_dim
     progress = Progress("re-embedding passages and messages")
@@ -310,6 +311,8 @@ def execute(args: argparse.Namespace) -> int:
     try:
         configure_logging(*log_options(os.environ, args.command))
         settings = Settings.from_env(os.environ)
+        if args.command == "migrate":
+            return asyncio.run(_migrate(settings))
         if args.command == "eval":
             from bot.eval.runner import run_eval
 
@@ -325,6 +328,41 @@ def execute(args: argparse.Namespace) -> int:
             raise
         print(f"companion: {failure_line(error)}", file=sys.stderr)
         return 1
+
+
+async def _migrate(settings: Settings) -> int:
+    """`companion migrate`: a line per revision as it is applied, and one last line."""
+    from sqlalchemy import text
+
+    from bot.database import open_database
+
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print(line, flush=True)
+
+    started = time.monotonic()
+    async with open_database(
+        settings.database_url,
+        settings.data_dir,
+        settings.embedding_dim,
+        settings.db_schema,
+        keep_warm=idle_stop.may_outlive(),
+        rewrite_tables=True,
+        progress=say,
+    ) as (sessions, _):
+        async with sessions() as session:
+            at = ", ".join(await session.scalars(text("SELECT version_num FROM alembic_version")))
+    applied = sum(line.startswith("applied ") for line in said)
+    if applied:
+        print(
+            f"migrated: the database is at {at} ({applied} applied in "
+            f"{time.monotonic() - started:.1f} s)"
+        )
+    else:
+        print(f"the database is at {at}, the newest revision: nothing to migrate")
+    return 0
 
 
 def failure_line(error: BaseException) -> str:

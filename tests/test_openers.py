@@ -6,13 +6,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select, update
 
-from core.config import EngineConfig
+from core.config import EngineConfig, ScheduleConfig
 from core.errors import NoPlatform
 from core.events import EventKind, InboundEvent
 from core.members.service import Members
 from core.models import Agent
 from core.runtime.tick import tick
-from core.schedule.policy import ScheduleConfig
 from core.tenant_key import TenantKey
 from tests.fake_openai import (
     calls,

@@ -32,10 +32,10 @@ from bot.doctor.platforms import check_platforms
 from bot.health import serving
 from bot.settings import Settings
 from core.errors import ConfigError, NotInstalled
-from core.members.tenancy import Tenancy
 from core.models import AuditEntry, Tenant
 from core.runtime.tick import tick
 from core.sealing import Sealer
+from core.tenants.tenancy import Tenancy
 from tests.conftest import COMPANION, ROOT, cli_env, run_cli
 from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
 from tests.rigs import slack_envelope, slack_ts

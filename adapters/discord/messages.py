@@ -39,6 +39,7 @@ from adapters.posting import post_reply
 from core.companion import Where
 from core.errors import UploadRejected
 from core.ports import Posting
+from core.runtime.seen import Places
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,10 @@ class ChannelReplies:
             reference = self.message.to_reference(fail_if_not_exists=False)
             self.quote = False
         await post_reply(DiscordOutlet(self.message.channel, self.me, reference), text, posting)
+
+
+# The keys of `_meta` that say where a message was written, for reading channels back.
+WHERE = Places(place="channel_id", position="message_id", group="guild_id")
 
 
 def _meta(message: discord.Message) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from adapters.slack.posting import Clients, sender
 from core.companion import Where
 from core.errors import UploadRejected
 from core.events import InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES
+from core.memory.documents import MAX_UPLOAD_BYTES
 from core.ports import Posting, Send
 from core.runtime.engine import Engine
 from core.scope import Scope

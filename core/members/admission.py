@@ -27,9 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.companion import REACH_KEY, Reach, Where, reach_of
 from core.config import EngineConfig
 from core.errors import BadSetting
-from core.members.audit import record
 from core.models import Agent, Tenant, User
 from core.schedule.planning import replan
+from core.tenants.audit import record
 
 CHANNEL_MODES = ("answer", "never", "open", "default")
 REACH_TTL = 10.0  # seconds a process keeps a community's rules before reading them again

@@ -42,7 +42,7 @@ from core.directory import ensure_agent
 from core.errors import ClaimLost, CompanionError
 from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
-from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult

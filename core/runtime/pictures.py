@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import within_ceilings
 from core.errors import ImagesRefused, UploadRejected
 from core.events import EventKind, EventStatus, InboundEvent
-from core.members.documents import upload_name
+from core.memory.documents import upload_name
 from core.memory.mind import CallPurpose, CallUsage, Mind
 from core.memory.store import AgentStore
 from core.models import Agent, Event, Meta, Tenant, User

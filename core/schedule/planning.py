@@ -23,13 +23,13 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.config import ScheduleConfig
 from core.directory import member_of
 from core.events import EventKind, InboundEvent, Purpose
 from core.models import Agent, Event, Tenant, User
 from core.schedule.policy import (
     OpenerHistory,
     Plan,
-    ScheduleConfig,
     catch_up,
     jitter_for,
     next_opener,
@@ -147,7 +147,7 @@ async def _due(
     session: AsyncSession, column: Any, now: datetime, batch: int
 ) -> list[tuple[Agent, Tenant, User]]:
     """Agents whose `column` time has come, locked; rows another process holds are skipped.
-    A community the platform removed the bot from waits (core.members.tenancy)."""
+    A community the platform removed the bot from waits (core.tenants.tenancy)."""
     departed = select(Tenant.id).where(Tenant.departed_at.is_not(None))
     agents = await session.scalars(
         select(Agent)

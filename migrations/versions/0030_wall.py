@@ -24,16 +24,16 @@ expression is estimated at 0.995.
 Where the wall is not installed (a server without a superuser's one-time SQL),
 `companion_scope_holds` is true and the settings alone scope a transaction, as before.
 
-Revision ID: 0030
-Revises: 0029
+Revision ID: 0030_wall
+Revises: 0030_indexes
 Create Date: 2026-12-04
 """
 
 from alembic import op
 from sqlalchemy import text
 
-revision = "0030"
-down_revision = "0029"
+revision = "0030_wall"
+down_revision = "0030_indexes"
 branch_labels = None
 depends_on = None
 
