@@ -138,14 +138,15 @@ async def test_companion_migrate_says_each_revision_and_ends_with_one_line(pg_ur
         done = await run_cli(env, "migrate")
         assert done.code == 0, done.err
         lines = done.out.splitlines()
-        assert lines[0] == f"migrating the database from 0027 to {HEAD}: 3 revisions"
-        assert [line.split(" (")[0] for line in lines[1:4]] == [
+        assert lines[0] == f"migrating the database from 0027 to {HEAD}: 4 revisions"
+        assert [line.split(" (")[0] for line in lines[1:5]] == [
             "applied 0028",
             "applied 0029",
+            f"applied {INDEXES}",
             f"applied {HEAD}",
         ]
-        assert lines[4].startswith(f"migrated: the database is at {HEAD} (3 applied in ")
-        assert len(lines) == 5
+        assert lines[5].startswith(f"migrated: the database is at {HEAD} (4 applied in ")
+        assert len(lines) == 6
 
         again = await run_cli(env, "migrate")
         assert again.code == 0
@@ -166,7 +167,7 @@ async def test_companion_migrate_says_in_one_line_what_stopped_it(pg_url, fake):
         failed = await run_cli(cli_env(fake, pg_url, schema), "migrate")
         assert failed.code == 2
         assert failed.out.splitlines() == [
-            f"migrating the database from 0028 to {HEAD}: 2 revisions"
+            f"migrating the database from 0028 to {HEAD}: 3 revisions"
         ]
         (line,) = failed.err.strip().splitlines()
         assert line.startswith("companion: cannot migrate database ")
