@@ -32,6 +32,7 @@ from core.events import EventKind, InboundEvent
 from core.memory.documents import check_upload
 from core.ports import Posting, Send
 from core.runtime.engine import Engine
+from core.runtime.intake import Admit
 from core.runtime.pictures import check_picture, is_picture
 from core.scope import Scope
 
@@ -80,15 +81,22 @@ async def store_message(
     event: InboundEvent,
     has_files: bool,
     tell: Send,
+    admit: Admit | None = None,
 ) -> tuple[Scope, int] | None:
-    """The author's agent and their message stored in it: (scope, event id); None for a
-    message too large to store, whose author is told why through `tell`."""
-    scope = await engine.agent(tenant, user, name)
+    """The author's agent and their message stored in it, in one transaction (`Engine.take`:
+    what a platform's acknowledgement waits for): (scope, event id); None for a message too
+    large to store, or one the admins' rules refuse (`admit`, asked first in the same
+    transaction), whose author is told what they need to know through `tell`."""
     try:
-        return scope, await take(engine, scope, event, has_files)
+        taken = await engine.take(tenant, user, event, has_files, admit, name)
     except EventTooLarge as error:
         await never_failing(tell)(str(error))
         return None
+    if taken.scope is None or taken.event_id is None:
+        if taken.admitted.notice:
+            await never_failing(tell)(taken.admitted.notice)
+        return None
+    return taken.scope, taken.event_id
 
 
 async def store_welcome(

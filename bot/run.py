@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
@@ -44,6 +45,8 @@ from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
 from bot.rights import PlatformRights
 from bot.web.serve import http_routes, serving_ops
+from core.ports import Metrics, Timer
+from core.runtime.activity import Activity
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -148,6 +151,7 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes
         bolt_app = watch_signatures(bolt.web_app(path="/slack/events"), "/slack/events")
         routes = http_routes(bolt_app, app, health)
+        routes.middlewares.append(acknowledged_first(app.engine.activity, app.metrics))
         return serving(routes, host, port, grace=STORE_GRACE_SECONDS)
 
     slack_http = settings.slack_over_http
@@ -179,6 +183,25 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         await finish_in_flight(app, deadline)
     log.info("stopped")
     return 0
+
+
+def acknowledged_first(activity: Activity, metrics: Metrics) -> Any:
+    """Slack's requests count as received from the moment they arrive, before Bolt reads
+    them: turns and deliveries give way to them until they are acknowledged. The time to
+    each answer is `companion_acknowledgement_seconds` (Slack retries after 3 s)."""
+
+    @web.middleware
+    async def receiving(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST" or not request.path.startswith("/slack/"):
+            return await handler(request)
+        started = time.perf_counter()
+        try:
+            async with activity.receiving():
+                return await handler(request)
+        finally:
+            metrics.observe(Timer.ACK, time.perf_counter() - started)
+
+    return receiving
 
 
 async def finish_in_flight(app: App, deadline: float) -> None:

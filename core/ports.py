@@ -101,6 +101,7 @@ class Timer(StrEnum):
 
     MODEL = "model_seconds"  # one chat-model call
     TURN = "turn_seconds"  # handling one event
+    ACK = "acknowledgement_seconds"  # a platform's request, from its arrival to our answer
 
 
 class Metrics(Protocol):

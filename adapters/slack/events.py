@@ -31,7 +31,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.common import Services
 from adapters.inbound import (
     SharedFile,
-    admitted,
     follow_up,
     message_event,
     never_failing,
@@ -178,16 +177,24 @@ async def handle_message(
     where: Where,
 ) -> None:
     """Store the message (if the companion answers it there), and nothing else: Slack
-    hears "received" when this returns."""
+    hears "received" when this returns. One transaction asks the admins' rules, finds the
+    member's agent and stores the event; meanwhile the work after earlier acknowledgements
+    waits (`Activity.receiving`)."""
     if not message.words and not message.files:
         return
     engine = services.engine
     tell = later(services, client, body, sender(client, message.channel, message.thread_ts))
-    if not await admitted(services, message.tenant, message.user, where, tell):
-        return
-    async with engine.activity.working():
+    admit = partial(services.members.admission.admit, message.tenant, message.user, where)
+    async with engine.activity.receiving():
         stored = await store_message(
-            engine, message.tenant, message.user, None, message.event(), bool(message.files), tell
+            engine,
+            message.tenant,
+            message.user,
+            None,
+            message.event(),
+            bool(message.files),
+            tell,
+            admit,
         )
         if stored is not None:
             work = answer(services, client, message, *stored)
@@ -293,7 +300,7 @@ def register_events(app: AsyncApp, services: Services) -> None:
         tenant = tenant_of(body, {"team": user.get("team_id")})
         name = user.get("real_name") or user.get("name") or "Someone"
         engine = services.engine
-        async with engine.activity.working():
+        async with engine.activity.receiving():
             key = f"slack:join:{tenant}:{user['id']}"
             stored = await store_welcome(
                 services, tenant, user["id"], name, key, user.get("real_name")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import false, or_, select, update
+from sqlalchemy import bindparam, false, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import NoPlatform
@@ -87,24 +87,24 @@ class Outbox:
         the retry sweep, a second process) never send the same reply twice. A send that
         fails is counted on the reply and raised; the reply stays for the next attempt.
         """
-        await self._earlier_first(scope, event_id)
         sent: list[str] = []
+        look_back = bool(self.platforms.served())
         more = True
         while more:
             async with self.sessions() as session, session.begin():
+                # The member's earlier replies still waiting go first (`_earlier_first`).
+                # Unlocked, in the transaction that takes the first reply: almost always
+                # none waits, and then that costs one query, not a transaction of its own.
+                if look_back:
+                    look_back = False
+                    reached = _reached(self.platforms)
+                    waiting = await session.execute(_earlier(scope, event_id, reached))
+                    if waiting.first() is not None:
+                        await self._earlier_first(scope, event_id)
+                        continue
                 # Two at a time: when only one is left, no transaction is needed to find
                 # that none is (the turn wrote all of its replies before it committed).
-                found = await session.scalars(
-                    select(Reply)
-                    .where(
-                        Reply.event_id == event_id,
-                        Reply.delivered_at.is_(None),
-                        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-                    )
-                    .order_by(Reply.id)
-                    .limit(2)
-                    .with_for_update(skip_locked=True)
-                )
+                found = await session.scalars(_UNDELIVERED, {"event": event_id})
                 replies = list(found)
                 if not replies:
                     return sent
@@ -280,6 +280,19 @@ class Outbox:
                 .returning(Reply.id, Reply.text)
             )
             return [text for _, text in sorted(rows.all())]
+
+
+_UNDELIVERED = (  # an event's next two replies to send, built once
+    select(Reply)
+    .where(
+        Reply.event_id == bindparam("event"),
+        Reply.delivered_at.is_(None),
+        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
+    )
+    .order_by(Reply.id)
+    .limit(2)
+    .with_for_update(skip_locked=True)
+)
 
 
 def _earlier(scope: Scope, event_id: int, reached: Any) -> Any:
