@@ -29,13 +29,18 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 
 # The browser tests run in a process of their own: in one process with the whole suite,
 # headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
-# own. Each browser test has its own Chromium and runs again once if that one stops
-# answering (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
-# One process: `pytest -n 2` (pytest-xdist, an embedded Postgres per worker) takes 7 minutes
-# on 2 cores where one process takes 13, but once under two workers a `companion chat` in a
-# test was still running after 60 s (not reproduced since); CI keeps the proven way.
+# own. They share one Chromium; a test whose Chromium stops answering runs again once in a
+# new one (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
+# `make test WORKERS=2` runs the rest on two workers (pytest-xdist, an embedded Postgres
+# each; the browser tests are one group, for one worker). It is not the default: its one
+# full run on a heavily loaded 2-core machine (load 10-15) took 31 min where one process
+# took 37, with three tests red that one process passed (a 3 s bound on an upload, since
+# made 30 s, and a Traceback in the logs of two real-process tests: a Discord shard process
+# redelivering the other's reply, and the SIGKILL campaign of tests/test_acknowledged.py);
+# earlier, under two workers, a `companion chat` in a test was once still running after 60 s.
+WORKERS ?= 0
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
-	$(BIN)/pytest --ignore=tests/test_browser.py
+	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py
 	$(BIN)/pytest tests/test_browser.py
 
 lint: $(BIN)/pytest

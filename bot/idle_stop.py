@@ -57,11 +57,12 @@ def stop_server(data_dir: Path, pid: int, within: float = 60.0) -> None:
     (data_dir / "postgres" / ".handle_pids.json").write_text(json.dumps([]))
 
 
-def watch(data_dir: Path, seconds: float) -> None:
-    """Until the server stops: stop it once it has been unused for `seconds`."""
+def watch(data_dir: Path, seconds: float, poll: float = POLL_SECONDS) -> None:
+    """Until the server stops: stop it once it has been unused for `seconds`, looking every
+    `poll` seconds."""
     last_used = time.time()
     while True:
-        time.sleep(POLL_SECONDS)
+        time.sleep(poll)
         pid = postmaster_pid(data_dir)
         if pid is None:
             return  # stopped by someone else (a `companion run` leaving, a restart)

@@ -16,6 +16,7 @@ migrated by whichever command comes first. What stops a migration is said in one
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -35,6 +36,7 @@ from core.errors import ConfigError, MigrationNeeded
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 MIGRATION_LOCK = 0x636F6D70  # "comp"
+LOCK_RETRY_SECONDS = 0.2
 ADMIN_SQL = "CREATE EXTENSION vector;"
 MANAGED = "deploy/README.md, Managed PostgreSQL"
 
@@ -88,9 +90,21 @@ async def _where(connection: AsyncConnection) -> tuple[str, str]:
 
 @asynccontextmanager
 async def migration_lock(connection: AsyncConnection) -> AsyncIterator[None]:
-    """One process at a time migrates; the lock is given back even after a failed step."""
-    await connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
-    await connection.commit()
+    """One process at a time migrates; the lock is given back even after a failed step.
+
+    A process waits for the lock by trying it now and then, with no transaction open in
+    between: a blocked `pg_advisory_lock` holds a snapshot, and the holder's
+    `CREATE INDEX CONCURRENTLY` waits for every older snapshot to end (a deadlock that
+    Postgres breaks by failing one of the two starts)."""
+    await connection.rollback()
+    while True:
+        taken = await connection.scalar(
+            text("SELECT pg_try_advisory_lock(:k)"), {"k": MIGRATION_LOCK}
+        )
+        await connection.commit()
+        if taken:
+            break
+        await asyncio.sleep(LOCK_RETRY_SECONDS)
     try:
         yield
     except BaseException:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from bot.embedders import IN_PROCESS, embedding_dim, embedding_model
 from core.config import DEFAULT_WINDOW, FALLBACK_WINDOW, EngineConfig, window_for
 from core.errors import ConfigError
 from core.local_embedder import LOCAL_DIMENSION
@@ -122,19 +123,6 @@ def _secret(raw: str | None) -> str | None:
     return raw
 
 
-def _embedding_dim(env: Mapping[str, str]) -> int:
-    """COMPANION_EMBEDDING_DIM for an endpoint model (1536 unless set); 384 for the local one.
-
-    Without COMPANION_EMBEDDING_MODEL the setting is checked but not used: the local model has
-    one size, and deployments configured for key words only (an old .env with 1536) must keep
-    starting. `companion doctor` says so.
-    """
-    dim = _int(env, "COMPANION_EMBEDDING_DIM", None)
-    if env.get("COMPANION_EMBEDDING_MODEL", "").strip():
-        return dim or 1536
-    return LOCAL_DIMENSION
-
-
 @dataclass(frozen=True)
 class DiscordShards:
     """COMPANION_DISCORD_SHARDS: `auto` (ids and count None: as many shards as Discord
@@ -183,7 +171,8 @@ class Settings:
     openai_api_key: str | None = None
     model: str | None = None
     context_window: int | None = None
-    embedding_model: str | None = None  # None: the local embedder; "none": full text only
+    # None: the local embedder; "multilingual": the local multilingual one; "none": full text only
+    embedding_model: str | None = None
     embedding_dim: int = LOCAL_DIMENSION
     database_url: str | None = None
     db_schema: str | None = None
@@ -232,8 +221,10 @@ class Settings:
             openai_api_key=env.get("OPENAI_API_KEY", "").strip() or None,
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
-            embedding_model=env.get("COMPANION_EMBEDDING_MODEL", "").strip() or None,
-            embedding_dim=_embedding_dim(env),
+            embedding_model=embedding_model(env),
+            embedding_dim=embedding_dim(
+                embedding_model(env), _int(env, "COMPANION_EMBEDDING_DIM", None)
+            ),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
@@ -277,6 +268,20 @@ class Settings:
             member_daily_usd=_dollars(env, "COMPANION_MEMBER_DAILY_USD"),
             prices=parse_prices(env.get("COMPANION_PRICES", "")),
         )
+
+    @property
+    def embeds_in_process(self) -> bool:
+        """The embedding model runs in this process: the built-in or the multilingual one."""
+        return self.embedding_model in IN_PROCESS
+
+    @property
+    def embedder_name(self) -> str:
+        """The embedding model as a person reads it (`embedder_said`: in a sentence)."""
+        return IN_PROCESS.get(self.embedding_model, ("", str(self.embedding_model)))[1]
+
+    @property
+    def embedder_said(self) -> str:
+        return IN_PROCESS.get(self.embedding_model, ("the embedding model",))[0]
 
     def require_model(self) -> None:
         """One line naming every missing model setting, or nothing."""

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from core.errors import NoPlatform
 
@@ -78,7 +78,16 @@ class ChatModel(Protocol):
 
 
 class Embedder(Protocol):
-    async def embed(self, texts: list[str]) -> list[list[float]]: ...
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """Vectors of texts to store (messages, passages)."""
+        ...
+
+
+@runtime_checkable
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder whose model embeds a search unlike a stored text (e5: "query: ")."""
+
+    async def embed_query(self, text: str) -> list[float]: ...
 
 
 class Counter(StrEnum):

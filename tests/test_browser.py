@@ -15,7 +15,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,12 +49,47 @@ class BrowserStalled(Exception):
     """Chromium stopped answering: the browser failed, not the page under test."""
 
 
+class Chromium:
+    """One Chromium for the tests of this file (each launch cost a second or two of CPU),
+    each test in browser contexts of its own, closed after it. A Chromium that stopped
+    answering is never used again: the test's rerun and every later test get a new one."""
+
+    def __init__(self) -> None:
+        self.playwright: Any = None
+        self.browser: Any = None
+        self.stalled = False
+
+    async def get(self) -> Any:
+        if self.browser is not None and (self.stalled or not self.browser.is_connected()):
+            await self.stop()
+        if self.browser is None:
+            from playwright.async_api import async_playwright
+
+            self.stalled = False
+            self.playwright = await async_playwright().start()
+            self.browser = await self.playwright.chromium.launch(
+                executable_path=str(CHROMIUM), args=ARGS
+            )
+        return self.browser
+
+    async def stop(self) -> None:
+        """Leaving the driver ends the browser even when it answers nothing any more."""
+        playwright, self.playwright, self.browser = self.playwright, None, None
+        if playwright is not None:
+            async with answering("stopping Playwright"):
+                await playwright.stop()
+
+
+CHROMIUM_RUNNING = Chromium()
+
+
 pytestmark = [
     pytest.mark.skipif(
         not CHROMIUM.exists(),
         reason="Chromium is not installed (apt-get install chromium); .ci/run installs it",
     ),
     pytest.mark.flaky(reruns=1, only_rerun=["BrowserStalled"]),
+    pytest.mark.xdist_group("chromium"),  # with `-n 2 --dist loadgroup`: one worker, one launch
 ]
 
 
@@ -62,6 +99,7 @@ async def answering(what: str):
         async with asyncio.timeout(STALL):
             yield
     except TimeoutError as waited:
+        CHROMIUM_RUNNING.stalled = True
         raise BrowserStalled(f"{what} was still waiting after {STALL} s") from waited
 
 
@@ -74,25 +112,28 @@ def within_stall(test):
     return run
 
 
-@pytest.fixture
-async def browser():
-    """A Chromium of each test's own, so one that stops answering takes no other test with it;
-    leaving the driver ends the browser even when it answers nothing any more."""
-    from playwright.async_api import async_playwright
-
+@pytest.fixture(scope="module")
+async def chromium() -> AsyncIterator[Chromium]:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    playwright = await async_playwright().start()
     try:
-        yield await playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield CHROMIUM_RUNNING
     finally:
-        async with answering("stopping Playwright"):
-            await playwright.stop()
+        await CHROMIUM_RUNNING.stop()
+        print(f"\ninspector screenshots: {SHOTS}")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def where_the_screenshots_are():
-    yield
-    print(f"\ninspector screenshots: {SHOTS}")
+@pytest.fixture
+async def browser(chromium: Chromium) -> AsyncIterator[Any]:
+    """The shared Chromium; every context a test opens in it is closed after the test, so
+    no test sees another's cookies or pages."""
+    async with answering("starting Chromium"):
+        shared = await chromium.get()
+    before = set(shared.contexts)
+    yield shared
+    if not chromium.stalled:
+        async with answering("closing the test's browser contexts"):
+            for context in set(shared.contexts) - before:
+                await context.close()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from core.events import EventKind, InboundEvent
 from core.memory.embeddings import EmbeddingWorker, embed_missing
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
+from core.memory.tools import _format_page
 from tests.fake_openai import calls, embed_text, say, tool_call
 from tests.test_functions import script, shown_results
 
@@ -119,7 +120,9 @@ async def _agent_with(sessions, lines, name=None):
 
 
 async def test_the_turn_after_a_matching_question_is_found_though_it_shares_no_word(sessions):
-    filler = [("user", f"note {i}: the name of street {i} is on the map") for i in range(120)]
+    """Among the best ten a search tells (`RESULTS_CAP`): with 120 rows sharing "name" the
+    answer ranked past them, on a page the model would not have read, and is no longer told."""
+    filler = [("user", f"note {i}: the name of street {i} is on the map") for i in range(6)]
     lines = filler + [
         ("user", "we got a puppy! what name should the puppy get?"),
         ("assistant", "Rex, after your grandfather"),
@@ -155,7 +158,7 @@ async def test_conversation_search_leaves_names_out_and_shows_pages_and_dates(
     asked = [r["input"] for r in fake.embedding_requests]
     assert asked == [["tulips"], ["tulips"]]  # the member's and the agent's names left out
     first, second = (shown_results(r)[0] for r in fake.chat_requests[1:3])
-    assert re.match(r"Showing messages: page 1 of \d+ \(\d+ results\)\.", first)
+    assert re.match(r"Showing messages: page 1 of \d+ \((the best 10 of )?\d+ results\)\.", first)
     assert second.startswith("Showing messages: page 2 of ")
     hits = [line for line in first.splitlines() if line.startswith("- [")]
     assert len(hits) == 5
@@ -190,7 +193,7 @@ async def test_a_search_naming_the_member_finds_their_words_before_the_agents(
     assert "assistant] My dog is called Bolt" in first
     # the other side's words are ranked lower, not left out: both find the same results
     counts = [
-        re.match(r"Showing messages: page 1 of \d+ \((\d+) results\)", found)
+        re.match(r"Showing messages: page 1 of \d+ \((?:the best \d+ of )?(\d+) results\)", found)
         for found in (for_ana, for_agent)
     ]
     assert all(counts) and counts[0].group(1) == counts[1].group(1)  # type: ignore[union-attr]
@@ -232,3 +235,29 @@ async def test_the_nearest_vectors_leave_the_events_own_messages_out(
     assert event is not None and question in [hit.text for hit in found.hits]
     assert question not in [hit.text for hit in left_out.hits]
     assert "my tulips are red" in [hit.text for hit in left_out.hits]
+
+
+async def test_a_message_search_tells_the_best_ten_of_many_matches(sessions):
+    """Forty messages all about chess: the model is told two pages of the best ten and how
+    many matched, not eight pages to read through (a page past them is empty)."""
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "t", "u", EngineConfig())
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        for i in range(40):
+            words = f"chess game {i} tonight"
+            await store.append(
+                T0 + timedelta(minutes=i), role="user", content=words, search_text=words
+            )
+    await embed_missing(sessions, BagOfWords())
+    async with sessions() as session:
+        query = embed_text("chess", 16)
+        first = await recall_search(session, scope, "chess", 1, 5, None, query)
+        second = await recall_search(session, scope, "chess", 2, 5, None, query)
+        third = await recall_search(session, scope, "chess", 3, 5, None, query)
+        words_only = await recall_search(session, scope, "chess", 1, 5)
+    assert (first.pages, first.total, first.matched) == (2, 10, 40)
+    assert len(second.hits) == 5 and third.hits == []
+    assert not {h.id for h in second.hits} & {h.id for h in first.hits}
+    assert words_only.total == 40  # key words only (no embedding model): every match counts
+    told = _format_page(first, "messages").splitlines()[0]
+    assert told == "Showing messages: page 1 of 2 (the best 10 of 40 results)."

@@ -8,7 +8,6 @@ import io
 import json
 import logging
 import random
-import signal
 from collections.abc import Iterator
 from urllib.parse import urlencode
 
@@ -30,13 +29,13 @@ from bot.observability import PrometheusMetrics, log_handler, log_options
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
-from tests.conftest import COMPANION, cli_env, run_cli, served_url
+from tests.conftest import cli_env, run_cli, served_url
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, last_user_text, say, summary_of
 from tests.fake_slack import TEAM, FakeSlack, signed
 from tests.fake_slack import settle as settle_slack
-from tests.rigs import SLACK_SECRET, slack_envelope, slack_message, slack_rig
-from tests.test_run import free_port, slack_http_env, wait_for
+from tests.rigs import SLACK_SECRET, slack_message, slack_rig
+from tests.test_run import free_port
 
 log = logging.getLogger(__name__)
 SMALL = EngineConfig(context_window=4096, persona_limit=1000, human_limit=1000, rate_limit=None)
@@ -381,50 +380,6 @@ async def test_doctor_on_a_fresh_database_passes_and_ends_with_a_true_summary(fa
 
 
 # --- companion run ---------------------------------------------------------------------------
-
-
-async def test_run_serves_health_and_metrics_next_to_slack_and_logs_json(fake, pg_url, schema):
-    port = free_port()
-    async with FakeSlack() as api:
-        env = slack_http_env(fake, pg_url, schema, api, port, COMPANION_LOG_LEVEL="INFO")
-        proc = await asyncio.create_subprocess_exec(
-            *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
-        )
-        root = f"http://127.0.0.1:{port}"
-        event = {"type": "message", "channel": "D1", "user": "U1", "text": SECRET_WORDS}
-        event.update(ts="1700000000.1", channel_type="im")
-        body = json.dumps(slack_envelope(event))
-        try:
-            async with aiohttp.ClientSession() as http:
-                ready = 0
-                for _ in range(200):  # until it listens and the platforms are up
-                    try:
-                        async with http.get(f"{root}/readyz") as r:
-                            if (ready := r.status) == 200:
-                                break
-                    except aiohttp.ClientConnectionError:
-                        pass
-                    await asyncio.sleep(0.1)
-                assert ready == 200
-                async with http.get(f"{root}/healthz") as r:
-                    assert r.status == 200
-                headers = signed(body, "secret")
-                async with http.post(f"{root}/slack/events", data=body, headers=headers) as r:
-                    assert r.status == 200
-                assert await wait_for(lambda: api.called("chat.postMessage"))
-                async with http.get(f"{root}/metrics") as r:
-                    assert r.status == 200 and r.content_type == "text/plain"
-                    found = samples(await r.read())
-            done = value(found, "companion_events_total", kind="user_message", status="done")
-            assert done == 1
-            assert value(found, "companion_queue_depth", queue="events") == 0
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    records = [json.loads(line) for line in err.decode().splitlines()]  # every line is JSON
-    assert any("HTTP mode" in r["message"] for r in records)
-    assert "zucchini" not in err.decode() and "xoxb-test" not in err.decode()
 
 
 def test_log_options_json_for_run_text_for_people():

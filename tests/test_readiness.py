@@ -2,8 +2,9 @@
 
 A refused token stops the start with one line (exit 2); an unreachable platform is
 `retrying` in /readyz while the rest serves, and SIGTERM stops the process in every mode;
-a connected platform is announced with who the bot is. After a restart, the backlog is
-worked off in the background, several members at a time, while /healthz answers.
+a connected platform is announced with who the bot is (tests/test_run.py). After a
+restart, the backlog is worked off in the background, several members at a time, while
+/healthz answers.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import aiohttp
 import pytest
 
 from core.events import EventKind, InboundEvent
-from tests.conftest import COMPANION, cli_env
+from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, say, summary_of
 from tests.fake_slack import FakeSlack
@@ -75,25 +76,22 @@ async def test_a_refused_discord_token_stops_the_start_in_one_line(fake, pg_url,
             fake, pg_url, schema, DISCORD_TOKEN="revoked", DISCORD_API_URL=discord.api_url
         )
         env["COMPANION_HTTP_PORT"] = str(free_port())
-        proc = await start(env)
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2
-    assert err.decode().strip().splitlines()[-1] == (
+        started = await run_cli(env, "run")  # what it says and returns: in this process
+    assert started.code == 2
+    assert started.err.strip().splitlines()[-1] == (
         "companion: Discord: DISCORD_TOKEN was refused (HTTP 401); reset the token under Bot "
         "in the Discord Developer Portal and set the new one"
     )
-    assert "Traceback" not in err.decode()
+    assert "Traceback" not in started.err
 
 
 async def test_a_refused_slack_token_stops_the_start_in_one_line(fake, pg_url, schema):
     async with FakeSlack() as api:
         api.fail_methods["auth.test"] = "invalid_auth"
-        proc = await start(slack_http_env(fake, pg_url, schema, api, free_port()))
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 2 and "Traceback" not in err.decode()
+        started = await run_cli(slack_http_env(fake, pg_url, schema, api, free_port()), "run")
+    assert started.code == 2 and "Traceback" not in started.err
     assert (
-        err.decode()
-        .strip()
+        started.err.strip()
         .splitlines()[-1]
         .startswith("companion: Slack: SLACK_BOT_TOKEN was refused (invalid_auth)")
     )
@@ -126,19 +124,6 @@ async def test_an_unreachable_platform_is_retrying_and_sigterm_still_stops(
     said = [line["message"] for line in lines(err)]
     assert any(m.startswith(f"{name}: cannot reach") for m in said), said
     assert said[-1] == "stopped"
-
-
-async def test_a_connected_platform_is_announced_and_ready(fake, pg_url, schema):
-    port = free_port()
-    async with FakeSlack() as api:
-        proc = await start(slack_http_env(fake, pg_url, schema, api, port))
-        try:
-            body = await until_ready_state(port, lambda status, body: status == 200)
-            assert body["platforms"]["Slack"]["state"] == "connected"
-        finally:
-            code, err = await stop(proc)
-    said = [line["message"] for line in lines(err)]  # at the default level
-    assert any(m.startswith("Slack: connected as @") and "HTTP mode" in m for m in said), said
 
 
 async def test_a_backlog_is_worked_off_side_by_side_while_health_answers(

@@ -217,7 +217,7 @@ async def test_two_processes_share_one_embedded_postgres(fake, pg_url, scratch):
         # The last one out left it for the next command; once unused, the idle stop ends it
         # (here at once: no idle time).
         assert idle_stop.postmaster_pid(data_dir) is not None
-        await asyncio.to_thread(idle_stop.watch, data_dir, 0.0)
+        await asyncio.to_thread(idle_stop.watch, data_dir, 0.0, 0.25)
 
         async def stopped() -> bool:
             return not [p for p in postgres_processes(data_dir) if "idle_stop" not in p.cmdline()]

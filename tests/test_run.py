@@ -7,7 +7,7 @@ import socket
 
 import aiohttp
 
-from tests.conftest import COMPANION, cli_env
+from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_slack import FakeSlack, signed
 from tests.rigs import slack_envelope
 
@@ -42,7 +42,18 @@ def slack_http_env(fake, pg_url, schema, api, port, **extra: str) -> dict:
 
 
 async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, schema):
+    """One `companion run` in Slack's HTTP mode, as deployed (default log level and format),
+    checked for everything it serves on its one port, then SIGTERM: it says it connected,
+    is ready, answers a signed event once and refuses a forged one, serves the inspector
+    (an admin's link signs in), health and metrics, and its logs are JSON lines that carry
+    neither the member's words nor the token. (It was four processes in four files: this
+    file, test_readiness, test_observability and test_web, each started for one of these.)"""
+    from tests.test_observability import SECRET_WORDS, samples, value
+    from tests.test_readiness import lines, until_ready_state
+    from tests.test_web import client, sign_in
+
     port = free_port()
+    root = f"http://127.0.0.1:{port}"
     async with FakeSlack() as api:
         env = slack_http_env(fake, pg_url, schema, api, port)
         proc = await asyncio.create_subprocess_exec(
@@ -53,47 +64,55 @@ async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, sch
             stderr=asyncio.subprocess.PIPE,
         )
         try:
-            url = f"http://127.0.0.1:{port}/slack/events"
+            # Ready, within a minute on a loaded machine, once Slack is connected.
+            body = await until_ready_state(port, lambda status, body: status == 200, 60)
+            assert body["platforms"]["Slack"]["state"] == "connected"
             event = {
                 "type": "message",
                 "channel": "D1",
                 "user": "U1",
-                "text": "hi over http",
+                "text": SECRET_WORDS,
                 "ts": "1700000000.1",
                 "channel_type": "im",
             }
             body = json.dumps(slack_envelope(event))
+            url = f"{root}/slack/events"
             async with aiohttp.ClientSession() as http:
-                for _ in range(600):  # until the server listens (a minute, for a loaded machine)
-                    try:
-                        async with http.post(url, data=body, headers=signed(body, "secret")) as r:
-                            assert r.status == 200
-                            break
-                    except aiohttp.ClientConnectionError:
-                        await asyncio.sleep(0.1)
-                else:
-                    raise AssertionError("companion run never listened on its HTTP port")
+                async with http.get(f"{root}/healthz") as r:
+                    assert r.status == 200
+                async with http.post(url, data=body, headers=signed(body, "secret")) as r:
+                    assert r.status == 200
                 async with http.post(url, data=body, headers=signed(body, "forged")) as r:
                     assert r.status == 401
-            assert await wait_for(lambda: api.called("chat.postMessage"))
-            assert api.called("chat.postMessage")[0]["text"] == "You said: hi over http"
+                assert await wait_for(lambda: api.called("chat.postMessage"))
+                assert api.called("chat.postMessage")[0]["text"] == f"You said: {SECRET_WORDS}"
+                async with http.get(f"{root}/metrics") as r:
+                    assert r.status == 200 and r.content_type == "text/plain"
+                    found = samples(await r.read())
+            done = value(found, "companion_events_total", kind="user_message", status="done")
+            assert done == 1
+            assert value(found, "companion_queue_depth", queue="events") == 0
+            # The inspector beside Slack, on the same port.
+            async with client() as http:
+                async with http.get(f"{root}/") as page:
+                    assert page.status == 200 and "/memory web" in await page.text()
+                linked = await run_cli(env, "link", "--tenant", "slack:T1", "--admin")
+                signed_in = await sign_in(http, linked.out.strip())
+                assert signed_in.status == 303 and signed_in.headers["Location"] == "/admin"
         finally:
             proc.send_signal(signal.SIGTERM)
-            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            _, err = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, err.decode()
         assert b"Traceback" not in err
         assert len(api.called("chat.postMessage")) == 1
+    said = [line["message"] for line in lines(err.decode())]  # at the default level
+    assert len(said) == len(err.decode().splitlines())  # every line is JSON
+    assert any(m.startswith("Slack: connected as @") and "HTTP mode" in m for m in said), said
+    assert "zucchini" not in err.decode() and "xoxb-test" not in err.decode()
 
 
 async def test_run_without_platforms_says_what_to_set(fake, pg_url, schema):
-    proc = await asyncio.create_subprocess_exec(
-        *COMPANION,
-        "run",
-        env=cli_env(fake, pg_url, schema),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await proc.communicate()
-    assert proc.returncode == 2
-    assert "DISCORD_TOKEN" in err.decode() and "SLACK_BOT_TOKEN" in err.decode()
-    assert len(err.decode().strip().splitlines()) == 1
+    started = await run_cli(cli_env(fake, pg_url, schema), "run")
+    assert started.code == 2
+    assert "DISCORD_TOKEN" in started.err and "SLACK_BOT_TOKEN" in started.err
+    assert len(started.err.strip().splitlines()) == 1

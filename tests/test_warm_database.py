@@ -14,6 +14,8 @@ from pathlib import Path
 from bot import idle_stop
 from tests.conftest import cli_env, companion
 
+POLL = 0.25  # seconds between the idle stopper's looks, here
+
 
 def stopper_watches(data: Path) -> bool:
     """Whether a `bot.idle_stop` holds the data directory's guard."""
@@ -27,12 +29,13 @@ def stopper_watches(data: Path) -> bool:
 
 def idle_stop_while_in_use(data: Path, pid: int) -> threading.Thread:
     """A stopper with no idle time at all, while this process uses the server (shared
-    lock): the server must outlive it; the stopper goes on once the lock is gone."""
+    lock): the server must outlive it, however many times it looks; the stopper goes on
+    once the lock is gone. It looks every POLL s here (every 2 s deployed: the same code)."""
     with open(data / idle_stop.IN_USE, "a") as in_use:
         fcntl.flock(in_use, fcntl.LOCK_SH)
-        watching = threading.Thread(target=idle_stop.watch, args=(data, 0.0))
+        watching = threading.Thread(target=idle_stop.watch, args=(data, 0.0, POLL))
         watching.start()
-        watching.join(idle_stop.POLL_SECONDS * 2.5)
+        watching.join(POLL * 10)
         assert watching.is_alive() and idle_stop.postmaster_pid(data) == pid, (
             "stopped while a command used it"
         )

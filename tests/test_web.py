@@ -1,5 +1,6 @@
-"""The inspector as an operator runs it (`companion web`, `companion link`, `companion run`),
-and what every response carries, over plain HTTP. The pages themselves: test_browser.py."""
+"""The inspector as an operator runs it (`companion web`, `companion link`; beside Slack under
+`companion run`: tests/test_run.py), and what every response carries, over plain HTTP. The
+pages themselves: test_browser.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ from bot.web.render import usage_chart
 from core.errors import ConfigError
 from core.members.community import UsageDay
 from tests.conftest import COMPANION, cli_env, run_cli
-from tests.fake_slack import FakeSlack
 from tests.inspector_site import TENANT, seed, serve_inspector
-from tests.test_run import free_port, slack_http_env
+from tests.test_run import free_port
 
 
 def client() -> aiohttp.ClientSession:
@@ -135,31 +135,6 @@ async def test_link_needs_a_member_or_admin_and_uses_the_public_url(fake, pg_url
         {**env, "COMPANION_SECRET_KEY": "short"}, "link", "--tenant", "t", "--admin"
     )
     assert short.code == 2 and "at least 32 characters" in short.err
-
-
-async def test_companion_run_serves_the_inspector_beside_slack(fake, pg_url, schema):
-    port = free_port()
-    async with FakeSlack() as api:
-        env = slack_http_env(fake, pg_url, schema, api, port)
-        proc = await asyncio.create_subprocess_exec(
-            *COMPANION,
-            "run",
-            env=env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            async with client() as http:
-                await until_listening(f"http://127.0.0.1:{port}/healthz", http)
-                async with http.get(f"http://127.0.0.1:{port}/") as page:
-                    assert page.status == 200 and "/memory web" in await page.text()
-                linked = await run_cli(env, "link", "--tenant", "slack:T1", "--admin")
-                signed = await sign_in(http, linked.out.strip())
-                assert signed.status == 303 and signed.headers["Location"] == "/admin"
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            _, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 0, err.decode()
 
 
 async def test_every_page_is_uncached_unframed_and_a_session_ends_on_sign_out(

@@ -96,10 +96,22 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
     if version is None:
         results.append(await _missing_vector(connection))
         return results
-    held = None
+    held = made_by = None
     if await connection.scalar(text("SELECT to_regclass('meta') IS NOT NULL")):
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
-    if held is None or int(held) == settings.embedding_dim:
+        made_by = await connection.scalar(
+            text("SELECT value FROM meta WHERE key = 'embedding_model'")
+        )
+    switched = settings.embedding_model != "none" and made_by not in (None, settings.embedder_name)
+    if (held is None or int(held) == settings.embedding_dim) and switched:
+        results.append(
+            fail(
+                f"pgvector {version}; the stored embeddings were made by {made_by}, not "
+                f"{settings.embedder_name}: run `companion reembed`, or set "
+                "COMPANION_EMBEDDING_MODEL back to the model that made them"
+            )
+        )
+    elif held is None or int(held) == settings.embedding_dim:
         results.append(ok(f"pgvector {version}; embeddings of {settings.embedding_dim} dimensions"))
     elif not await _holds_vectors(connection):
         results.append(
@@ -108,11 +120,11 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
                 f"the embedder's {settings.embedding_dim} at the next start"
             )
         )
-    elif not settings.embedding_model:
+    elif settings.embeds_in_process:
         results.append(
             fail(
-                f"pgvector {version}; the database holds {held}-dimension embeddings and the "
-                f"local embedding model gives {settings.embedding_dim}: run `companion reembed "
+                f"pgvector {version}; the database holds {held}-dimension embeddings and "
+                f"{settings.embedder_said} gives {settings.embedding_dim}: run `companion reembed "
                 f"--dim {settings.embedding_dim}`, or set COMPANION_EMBEDDING_MODEL (and "
                 f"COMPANION_EMBEDDING_DIM={held}) back to the model that made them"
             )

@@ -18,7 +18,8 @@ from bot.log_filters import redact
 from bot.settings import Settings
 from core.errors import CompanionError, EmbeddingError, ModelError, ModelSetupError
 from core.llm import OpenAIChat
-from core.local_embedder import LOCAL_MODEL, LocalEmbedder
+from core.local_embedder import LocalEmbedder
+from core.multilingual_embedder import MultilingualEmbedder
 from core.wire.health import TOOLS_FIX
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -66,7 +67,7 @@ async def check_model(settings: Settings) -> list[Result]:
             ]
         except Exception as error:
             results = [fail(_model_problem(error, where, model, "model"))]
-        if settings.embedding_model and settings.embedding_model.lower() != "none":
+        if not settings.embeds_in_process and settings.embedding_model != "none":
             results.append(await _check_embeddings(client, settings, where))
     results.append(await _check_local_embedder(settings))
     return results
@@ -115,15 +116,16 @@ async def _check_functions(client: openai.AsyncOpenAI, model: str) -> Result:
 
 async def _check_local_embedder(settings: Settings) -> Result:
     """The built-in model loads from the installed wheels (only when it is the embedder)."""
-    if settings.embedding_model:
-        if settings.embedding_model.lower() == "none":
-            return ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")
+    if settings.embedding_model == "none":
+        return ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")
+    if not settings.embeds_in_process:
         return ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")
     try:
-        size = len((await LocalEmbedder().embed(["ok"]))[0])
+        embedder = MultilingualEmbedder() if settings.embedding_model else LocalEmbedder()
+        size = len((await embedder.embed(["ok"]))[0])
     except EmbeddingError as error:
         return fail(f"local embedding model: {error}")
-    return ok(f"local embedding model: {LOCAL_MODEL} gives {size} dimensions")
+    return ok(f"local embedding model: {settings.embedder_name} gives {size} dimensions")
 
 
 async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:

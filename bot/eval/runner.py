@@ -60,7 +60,7 @@ async def run_eval(settings: Settings, args: argparse.Namespace) -> int:
         "task": args.task,
         "model": settings.model if need_model else None,
         "judge_model": (args.judge_model or settings.model) if need_model else None,
-        "embedder": settings.embedding_model or "local all-MiniLM-L6-v2 (int8)",
+        "embedder": settings.embedder_name,
         "data": str(args.data),
         "conversations": args.conversations,
         "started": started.isoformat(timespec="seconds"),

@@ -1,5 +1,8 @@
 """Vectors for messages and passages, filled in after the rows commit.
 
+    query_vector(embedder, query)       a search's vector (in the query form where the model
+                                        has one)
+    closeness_of(embedder)              how near a vector-only hit must be to count, for its model
     embed_missing(sessions, embedder)   one pass: every message and passage without a vector
     EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
                                         at start (the catch-up), when `wake()` is called after
@@ -30,12 +33,27 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.errors import EmbeddingError
-from core.ports import Embedder
+from core.memory.ranking import Closeness
+from core.ports import Embedder, QueryEmbedder
 
 log = logging.getLogger(__name__)
 
 EMBED_CHARS = 4000  # the start of a very long text says enough about its meaning
 WORKER_LOCK = 0x636F6D70656D62  # "compemb": one embedding pass at a time, across processes
+
+
+def closeness_of(embedder: Embedder | None) -> Closeness:
+    """The embedder's own `closeness` (floor, margin: its similarities' spread), else the
+    default measured for MiniLM."""
+    own = getattr(embedder, "closeness", None)
+    return Closeness(*own) if isinstance(own, tuple) else own or Closeness()
+
+
+async def query_vector(embedder: Embedder, query: str) -> list[float]:
+    """The vector to search with: e5-like models embed a query unlike what they store."""
+    if isinstance(embedder, QueryEmbedder):
+        return await embedder.embed_query(query)
+    return (await embedder.embed([query]))[0]
 
 
 @dataclass(frozen=True)

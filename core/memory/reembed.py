@@ -5,12 +5,17 @@
     change_dimension(sessions, embedder, dim)
                                          vectors of a new size, swapped in when all are ready
     adopt_dimension(sessions, dim)       a new size at once, for a database holding no vectors
+    held_model(sessions), record_model(sessions, name)
+                                         which model made the stored vectors (`meta`)
 
 An operator command, not an agent action. Nothing is destroyed on a guess: the model is
 asked first, and a new dimension is filled into a side column while the old vectors and
 their index keep serving searches; the swap (column, HNSW index, `meta`) is one
 transaction at the end. An interrupted run leaves the side column behind and the next run
-continues it. Vectors are beside their rows, in `passage_vectors` and `message_vectors` (`KINDS`).
+continues it. Switching to another model of the same size goes the same way (the side
+column, swapped at the end): until then the old model's vectors serve searches, never a mix
+of two models' vectors, which would compare numbers from two different spaces. Vectors are
+beside their rows, in `passage_vectors` and `message_vectors` (`KINDS`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from core.memory.embeddings import (
 from core.ports import Embedder, Progress
 
 SIDE_COLUMN = "embedding_next"
+MODEL_KEY = "embedding_model"  # in `meta`: the model that made the stored vectors
 KINDS = (PASSAGE_VECTORS, MESSAGE_VECTORS)  # re-embedded in this order
 
 
@@ -57,6 +63,30 @@ async def held_dimension(sessions: async_sessionmaker[AsyncSession]) -> int:
     async with sessions() as session:
         value = await session.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
     return int(value)
+
+
+async def held_model(sessions: async_sessionmaker[AsyncSession]) -> str | None:
+    """The model that made the stored vectors, as recorded (None: not recorded yet)."""
+    async with sessions() as session:
+        value = await session.scalar(
+            text("SELECT value FROM meta WHERE key = :key"), {"key": MODEL_KEY}
+        )
+    return None if value is None else str(value)
+
+
+async def record_model(sessions: async_sessionmaker[AsyncSession], model: str) -> None:
+    async with sessions() as session, session.begin():
+        await _record_model(session, model)
+
+
+async def _record_model(session: AsyncSession, model: str) -> None:
+    await session.execute(
+        text(
+            "INSERT INTO meta (key, value) VALUES (:key, :model) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        ),
+        {"key": MODEL_KEY, "model": model},
+    )
 
 
 async def _count(sessions: async_sessionmaker[AsyncSession], where: str) -> int:
@@ -105,11 +135,16 @@ async def reembed(
     only_missing: bool = False,
     batch: int = 64,
     progress: Progress = _quiet,
+    model: str | None = None,
 ) -> int:
-    """Embed every passage and message again (or those without a vector); returns how many."""
+    """Embed every passage and message again (or those without a vector); returns how many.
+    `model` is recorded as the one that made them (all of them only: not with only_missing)."""
     await check_model(embedder, await held_dimension(sessions))
     where = "v.embedding IS NULL" if only_missing else "TRUE"
-    return await _fill(sessions, embedder, "embedding", where, batch, progress)
+    count = await _fill(sessions, embedder, "embedding", where, batch, progress)
+    if model is not None and not only_missing:
+        await record_model(sessions, model)
+    return count
 
 
 async def change_dimension(
@@ -118,8 +153,11 @@ async def change_dimension(
     dim: int,
     batch: int = 64,
     progress: Progress = _quiet,
+    model: str | None = None,
 ) -> int:
-    """Give every passage and message a `dim`-dimension vector, then swap them in."""
+    """Give every passage and message a `dim`-dimension vector, then swap them in (and
+    record `model` as the one that made them). Also how a model of the same size replaces
+    another: the old vectors serve until the swap."""
     await check_model(embedder, dim)
     async with sessions() as session, session.begin():
         for kind in KINDS:
@@ -144,6 +182,8 @@ async def change_dimension(
         for kind in KINDS:
             await _swap(session, kind, dim)
         await _record(session, dim)
+        if model is not None:
+            await _record_model(session, model)
     return count
 
 

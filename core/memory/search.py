@@ -38,8 +38,10 @@ from core.memory.ranking import (
     CONTEXT_ANCHORS,
     DEPTH,
     NEIGHBOUR_WEIGHTS,
+    RESULTS_CAP,
     SPEAKER_WEIGHT,
     WORD_RATIO,
+    Closeness,
     close_enough,
     fuse,
     word_matches,
@@ -61,6 +63,7 @@ class Page:
     page: int
     pages: int
     total: int
+    matched: int | None = None  # more than `total` matched: only the best `total` are told
 
 
 def _page_of(rows: list[Any], page: int, page_size: int, total: int | None = None) -> Page:
@@ -80,6 +83,7 @@ async def recall_search(
     skip_event: int | None = None,
     embedding: Sequence[float] | None = None,
     speaker: str | None = None,
+    closeness: Closeness | None = None,
 ) -> Page:
     """Messages (either side) sharing key words with `query`, or near it in meaning, best first.
 
@@ -90,7 +94,16 @@ async def recall_search(
     if embedding is None:
         return await _by_words(session, scope, query, page, page_size, skip_event)
     return await _hybrid_search(
-        session, scope, "messages", query, embedding, page, page_size, skip_event, speaker
+        session,
+        scope,
+        "messages",
+        query,
+        embedding,
+        page,
+        page_size,
+        skip_event,
+        speaker,
+        closeness,
     )
 
 
@@ -161,12 +174,22 @@ async def archival_search(
     embedding: Sequence[float] | None,
     page: int = 1,
     page_size: int = 5,
+    closeness: Closeness | None = None,
 ) -> Page:
     """Passages sharing key words with `query` or near it in meaning (key words alone
     when there is no embedding)."""
     if embedding is None:
         return await _by_words(session, scope, query, page, page_size, None, keywords.PASSAGES)
-    return await _hybrid_search(session, scope, "passages", query, embedding, page, page_size)
+    return await _hybrid_search(
+        session,
+        scope,
+        "passages",
+        query,
+        embedding,
+        page,
+        page_size,
+        closeness=closeness,
+    )
 
 
 # ---------------------------------------------------------------- fusion
@@ -247,7 +270,9 @@ async def _hybrid_search(
     page_size: int,
     skip_event: int | None = None,
     speaker: str | None = None,
+    closeness: Closeness | None = None,
 ) -> Page:
+    closeness = closeness or Closeness()
     columns = _columns(table)
     params = {
         "tenant": scope.tenant_id,
@@ -264,7 +289,8 @@ async def _hybrid_search(
     nearest_sql = _NEAREST_SQL.format(**columns, dim=len(embedding))  # as the index is made
     nearest = (await session.execute(text(nearest_sql), {**params, "q": vector})).all()
     by_meaning = [r.id for r in nearest]
-    matched = word_matches(scored) | close_enough([(r.id, 1 - r.distance) for r in nearest])
+    similar = [(r.id, 1 - r.distance) for r in nearest]
+    matched = word_matches(scored) | close_enough(similar, closeness.floor, closeness.margin)
     fused = fuse([by_words, by_meaning])
     if table == "messages" and fused:
         anchors = fused[:ANCHORS]
@@ -282,6 +308,9 @@ async def _hybrid_search(
             rankings.append([row_id for row_id in fused if row_id in said])
             fused = fuse(rankings, [*weights, SPEAKER_WEIGHT])
     fused = [row_id for row_id in fused if row_id in matched]  # the order of all, kept
+    matches = len(fused)
+    if table == "messages":
+        fused = fused[:RESULTS_CAP]
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
@@ -289,7 +318,8 @@ async def _hybrid_search(
         result = await session.execute(text(rows_sql), {**params, "ids": wanted})
         found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in result}
     hits = [found[row_id] for row_id in wanted if row_id in found]
-    return Page(hits, page, max(1, math.ceil(len(fused) / page_size)), len(fused))
+    pages = max(1, math.ceil(len(fused) / page_size))
+    return Page(hits, page, pages, len(fused), matches if matches > len(fused) else None)
 
 
 async def _neighbours(

@@ -19,6 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
+from core.memory.embeddings import closeness_of, query_vector
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
@@ -120,7 +121,8 @@ def _format_page(page: Page, what: str, query: str = "", nothing: str = "") -> s
         return nothing or f"No {what}."
     if page.page > page.pages:
         raise ToolError(f"page {page.page} is out of range: there are {page.pages} pages")
-    lines = [f"Showing {what}: page {page.page} of {page.pages} ({page.total} results)."]
+    told = f"the best {page.total} of {page.matched}" if page.matched else f"{page.total}"
+    lines = [f"Showing {what}: page {page.page} of {page.pages} ({told} results)."]
     for hit in page.hits:
         when = hit.created_at.strftime("%Y-%m-%d %H:%M")
         label = f" {hit.kind}" if hit.kind else ""
@@ -218,7 +220,7 @@ async def _query_vector(ctx: ToolContext, query: str) -> tuple[list[float] | Non
     if ctx.embedder is None:
         return None, ""
     try:
-        return (await ctx.embedder.embed([query]))[0], ""
+        return await query_vector(ctx.embedder, query), ""
     except EmbeddingError as error:
         return None, f"(Searched by key words: {error}.)\n"
 
@@ -231,7 +233,15 @@ async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Pa
     store = ctx.store
     size = ctx.config.page_size
     found = await recall_search(
-        store.session, store.scope, cleaned, page, size, ctx.event_id, embedding, speaker
+        store.session,
+        store.scope,
+        cleaned,
+        page,
+        size,
+        ctx.event_id,
+        embedding,
+        speaker,
+        closeness_of(ctx.embedder),
     )
     return found, note
 
@@ -317,7 +327,13 @@ async def archival_memory_search(
     embedding, note = await _query_vector(ctx, cleaned)
     store = ctx.store
     found = await archival_search(
-        store.session, store.scope, cleaned, embedding, _page_number(page), ctx.config.page_size
+        store.session,
+        store.scope,
+        cleaned,
+        embedding,
+        _page_number(page),
+        ctx.config.page_size,
+        closeness_of(ctx.embedder),
     )
     return note + _format_page(found, "passages", query, _nothing(query, "passages", note, ctx))
 
