@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
 from bot.delivery import Router
-from bot.observability import PrometheusMetrics
+from bot.metrics import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError

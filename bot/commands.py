@@ -16,18 +16,18 @@ import os
 import sys
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from typing import TYPE_CHECKING, Any
 
 from bot import idle_stop
-from bot.app import App, open_app
 from bot.log_filters import redact
 from bot.observability import configure_logging, log_options
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
+
+if TYPE_CHECKING:
+    from bot.app import App
 
 # Each command imports what only it needs when it runs (the servers, the doctor, the eval,
 # the terminal chat...): a command starts with its own imports, not every command's.
@@ -198,10 +198,21 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _usage(app: App, args: argparse.Namespace) -> int:
+async def _usage(settings: Settings, args: argparse.Namespace) -> int:
+    """The database alone: neither the engine nor the embedder (their imports are most of a
+    second), so the report is the first line within about one."""
+    from bot.database import open_database
     from bot.usage import usage_report
 
-    print("\n".join(await usage_report(app, args.tenant, args.days, app.engine.clock())))
+    async with open_database(
+        settings.database_url,
+        settings.data_dir,
+        settings.embedding_dim,
+        settings.db_schema,
+        keep_warm=idle_stop.may_outlive(),
+    ) as (sessions, _):
+        lines = await usage_report(sessions, settings, args.tenant, args.days, datetime.now(UTC))
+    print("\n".join(lines))
     return 0
 
 
@@ -246,11 +257,14 @@ COMMANDS = {
     "reset": _reset,
     "tenant": _tenant,
     "reembed": _reembed,
-    "usage": _usage,
 }
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "usage":
+        return await _usage(settings, args)
+    from bot.app import open_app
+
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
     if args.command == "run":
         settings.require_platform()
@@ -304,6 +318,8 @@ def execute(args: argparse.Namespace) -> int:
 
 async def _migrate(settings: Settings) -> int:
     """`companion migrate`: a line per revision as it is applied, and one last line."""
+    from sqlalchemy import text
+
     from bot.database import open_database
 
     said: list[str] = []
@@ -337,7 +353,8 @@ async def _migrate(settings: Settings) -> int:
 
 def failure_line(error: BaseException) -> str:
     """An unexpected failure as one line: what happened, and how to see more."""
-    if isinstance(error, DBAPIError | OSError):
+    exc = sys.modules.get("sqlalchemy.exc")  # not imported yet: not a database error
+    if isinstance(error, OSError) or (exc and isinstance(error, exc.DBAPIError)):
         cause = getattr(error, "orig", None) or error
         words = str(cause).strip().splitlines()
         what = f"{type(cause).__name__}: {words[0] if words else 'no details'}"

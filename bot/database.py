@@ -9,7 +9,8 @@ Its buffer cache is a quarter of the machine's memory, up to 2 GB, from its seco
 (the default 128 MB holds no vector index of a large member). Companion serves it as the
 ordinary role `companion_app`, which owns the tables and is bound by their row-level
 security (a superuser would pass every policy by); the server's
-superuser only creates that role and pgvector (`serve_as_app_role`).
+superuser only creates that role, pgvector and the wall's own record, which that role
+cannot move (`serve_as_app_role`, `bot.wall`).
 `open_database` migrates it (`bot.migrations` says when a command may, and how).
 """
 
@@ -35,7 +36,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-from bot import idle_stop
+from bot import idle_stop, wall
 from bot.migrations import Progress, create_vector, migrate, migration_lock
 from core.errors import ConfigError
 
@@ -194,7 +195,7 @@ async def serve_as_app_role(admin_url: str, schema: str | None = None) -> str:
 
     Creates pgvector, the schema and the ordinary role `companion_app`, and hands the schema
     to that role, so that row-level security binds everything Companion does (a superuser
-    passes every policy by)."""
+    passes every policy by); installs the part of the wall that role cannot move (`bot.wall`)."""
     engine = make_engine(admin_url, schema, pool_size=1)
     try:
         async with engine.connect() as connection, migration_lock(connection):
@@ -202,6 +203,7 @@ async def serve_as_app_role(admin_url: str, schema: str | None = None) -> str:
             quoted = connection.dialect.identifier_preparer.quote(schema or "public")
             await connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))
             await connection.execute(text(_handover_sql(quoted.replace("'", "''"))))
+            await wall.install(connection)
             await connection.commit()
     finally:
         await engine.dispose()

@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from bot.observability import PrometheusMetrics
+from bot.metrics import PrometheusMetrics
 from core.wire.health import WireHealth
 
 DATABASE_TIMEOUT = 2.0

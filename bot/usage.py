@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from itertools import groupby
 
-from bot.app import App
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from bot.settings import Settings
 from core.errors import ConfigError
-from core.members.spending import MemberDay
+from core.members.spending import MemberDay, member_days
 from core.prices import Price, Spent
 
 HEADERS = ("day", "tenant", "member", "calls", "input", "cached input", "output", "est. cost")
@@ -75,14 +77,22 @@ def price_note(model: str | None, price: Price | None) -> str:
     )
 
 
-async def usage_report(app: App, tenant: str | None, days: int, now: datetime) -> list[str]:
+async def usage_report(
+    sessions: async_sessionmaker[AsyncSession],
+    settings: Settings,
+    tenant: str | None,
+    days: int,
+    now: datetime,
+) -> list[str]:
+    """The report's lines; only the database is needed (not the engine: a quick command)."""
     if days < 1:
         raise ConfigError(f"--days must be 1 or more, got {days}")
     since = (now - timedelta(days=days - 1)).date()
-    found = await app.members.usage(since, tenant)
+    async with sessions() as session:
+        found = await member_days(session, since, tenant)
     where = f" in {tenant}" if tenant else ""
     if not found:
         return [f"no model usage recorded{where} since {since} (UTC)"]
-    price = app.settings.price
+    price = settings.price
     title = f"model usage{where} per member and day (UTC) since {since}; tokens:"
-    return [title, *render_table(usage_rows(found, price)), price_note(app.settings.model, price)]
+    return [title, *render_table(usage_rows(found, price)), price_note(settings.model, price)]

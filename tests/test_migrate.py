@@ -24,7 +24,8 @@ from core.models import Message
 from tests.conftest import ROOT, _empty_schema, cli_env, run_cli
 from tests.test_message_vectors import _alembic
 
-HEAD = "0030_indexes"
+INDEXES = "0030_indexes"
+HEAD = "0030_wall"  # after INDEXES
 _names = itertools.count()
 
 
@@ -47,10 +48,11 @@ async def revision_of(engine) -> set[str]:
 def test_the_newest_revision_is_this_branch_s_and_the_rewriting_ones_are_marked():
     assert newest_revisions() == {HEAD}
     known = revisions()
-    assert known[HEAD].parent == "0029" and not known[HEAD].rewrites_tables
+    assert known[HEAD].parent == INDEXES and not known[HEAD].rewrites_tables
+    assert known[INDEXES].parent == "0029" and not known[INDEXES].rewrites_tables
     assert known["0027"].rewrites_tables and known["0017"].rewrites_tables
     assert not known["0029"].rewrites_tables and not known["0001"].rewrites_tables
-    assert [r.name for r in pending({"0026"})] == ["0027", "0028", "0029", HEAD]
+    assert [r.name for r in pending({"0026"})] == ["0027", "0028", "0029", INDEXES, HEAD]
     assert pending({HEAD}) == []
 
 
@@ -92,9 +94,10 @@ async def test_a_start_refuses_a_revision_that_rewrites_tables_and_applies_a_lig
         said: list[str] = []
         assert await migrate(engine, 16, rewrite_tables=False, progress=said.append) == 16
         assert await revision_of(engine) == {HEAD}  # 0030 builds indexes concurrently
-        assert said[0] == f"migrating the database from 0029 to {HEAD}: 1 revision"
-        assert said[1].startswith(f"applied {HEAD} (Events found by their dedup key alone")
-        assert len(said) == 2
+        assert said[0] == f"migrating the database from 0029 to {HEAD}: 2 revisions"
+        assert said[1].startswith(f"applied {INDEXES} (Events found by their dedup key alone")
+        assert said[2].startswith(f"applied {HEAD} (The second wall holds")
+        assert len(said) == 3
     finally:
         await engine.dispose()
 
@@ -135,14 +138,15 @@ async def test_companion_migrate_says_each_revision_and_ends_with_one_line(pg_ur
         done = await run_cli(env, "migrate")
         assert done.code == 0, done.err
         lines = done.out.splitlines()
-        assert lines[0] == f"migrating the database from 0027 to {HEAD}: 3 revisions"
-        assert [line.split(" (")[0] for line in lines[1:4]] == [
+        assert lines[0] == f"migrating the database from 0027 to {HEAD}: 4 revisions"
+        assert [line.split(" (")[0] for line in lines[1:5]] == [
             "applied 0028",
             "applied 0029",
+            f"applied {INDEXES}",
             f"applied {HEAD}",
         ]
-        assert lines[4].startswith(f"migrated: the database is at {HEAD} (3 applied in ")
-        assert len(lines) == 5
+        assert lines[5].startswith(f"migrated: the database is at {HEAD} (4 applied in ")
+        assert len(lines) == 6
 
         again = await run_cli(env, "migrate")
         assert again.code == 0
@@ -163,7 +167,7 @@ async def test_companion_migrate_says_in_one_line_what_stopped_it(pg_url, fake):
         failed = await run_cli(cli_env(fake, pg_url, schema), "migrate")
         assert failed.code == 2
         assert failed.out.splitlines() == [
-            f"migrating the database from 0028 to {HEAD}: 2 revisions"
+            f"migrating the database from 0028 to {HEAD}: 3 revisions"
         ]
         (line,) = failed.err.strip().splitlines()
         assert line.startswith("companion: cannot migrate database ")

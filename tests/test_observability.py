@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from adapters.common import Services
+from adapters.slack.signatures import watch_signatures
 from bot.database import make_engine
 from bot.doctor import run_doctor
 from bot.health import Health, add_health_routes
@@ -463,6 +464,51 @@ async def test_no_member_words_at_info_from_libraries_bad_signatures_bad_json_or
     assert any("[withheld]" in m for m in said), said  # what Bolt warns of, without the body
     loud = [json.dumps(r) for r in records if r["logger"] != __name__]
     assert loud and not [r for r in loud if "zucchini" in r or "Esmeralda" in r], loud
+
+
+async def test_a_wrong_signing_secret_is_warned_of_now_and_then_without_the_body(engine, members):
+    """Issue 27, finding 10, after its fix: Bolt's INFO line for a bad signature is below the
+    log level, so an operator with a wrong or rotated SLACK_SIGNING_SECRET saw nothing while
+    every event was refused. One WARNING names the fix, then one per ten minutes at most,
+    counting the refused requests meanwhile; no body, no member's words."""
+    stream, root = io.StringIO(), logging.getLogger()
+    handler, level = log_handler(stream, json=True), root.level
+    bolt, bolt_level = logging.getLogger("slack_bolt"), logging.getLogger("slack_bolt").level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # what `companion run` logs by default
+    bolt.setLevel(logging.WARNING)  # as configure_logging quiets it
+    now = [1000.0]
+    services = Services(engine, members, frozenset())
+    try:
+        async with slack_rig(services, users=("U1",)) as rig:
+            web_app = rig.app.web_app(path="/slack/events")
+            watched = watch_signatures(web_app, "/slack/events", clock=lambda: now[0])
+            async with TestClient(TestServer(watched)) as http:
+
+                async def post(secret: str) -> int:
+                    body = json.dumps(slack_message(text=SECRET_WORDS))
+                    headers = signed(body, secret)
+                    async with http.post("/slack/events", data=body, headers=headers) as answer:
+                        return answer.status
+
+                statuses = [await post("a rotated secret") for _ in range(3)]
+                assert await post(SLACK_SECRET) == 200  # a good one is no refusal
+                now[0] += 599
+                statuses.append(await post("a rotated secret"))
+                now[0] += 2  # ten minutes after the first warning
+                statuses.append(await post("a rotated secret"))
+                await settle_slack()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+        bolt.setLevel(bolt_level)
+    assert statuses == [401] * 5
+    warned = [r for r in lines(stream) if r["logger"] == "adapters.slack.signatures"]
+    assert [r["level"] for r in warned] == ["WARNING", "WARNING"], warned
+    assert "Slack requests refused: 1 " in warned[0]["message"]
+    assert "Slack requests refused: 4 " in warned[1]["message"]  # 2, 3, the 599 s one, this
+    assert all("check SLACK_SIGNING_SECRET" in r["message"] for r in warned)
+    assert "zucchini" not in stream.getvalue() and "Esmeralda" not in stream.getvalue()
 
 
 async def test_a_failed_statement_never_carries_its_parameters_into_the_log(

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from bot import idle_stop
+from bot import idle_stop, wall
 from bot.database import APP_ROLE, as_role, asyncpg_url, database_server, make_engine
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
@@ -188,11 +188,26 @@ async def _wall(connection: AsyncConnection) -> Result:
     )
 
 
+async def _record(connection: AsyncConnection) -> Result:
+    """Is the member a transaction entered recorded where the app's role cannot write?"""
+    if await wall.installed(connection):
+        return ok("the wall's record: kept by companion_wall; no SQL moves a member's transaction")
+    who = await connection.scalar(text("SELECT current_user"))
+    return warn(
+        f"the wall's record: not installed: SQL running as {who} inside a member's "
+        "transaction could point it at another member (set_config); a superuser runs the "
+        "SQL that `python -m bot.wall` prints, once, in this database"
+    )
+
+
 async def check_wall(url: str, schema: str | None) -> list[Result]:
     engine = make_engine(url, schema, pool_size=1)
     try:
         async with engine.connect() as connection:
-            return [await _wall(connection)]
+            results = [await _wall(connection)]
+            if results[0].level == "ok" and "set up with the tables" not in results[0].text:
+                results.append(await _record(connection))
+            return results
     finally:
         await engine.dispose()
 
