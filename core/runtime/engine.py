@@ -5,7 +5,8 @@
     answer(scope, id)      see_through + hand over that event's replies (deliver or take)
     see_through(scope, id) drain until that event is handled (here or by the process that
                            has the agent), or waits for a model that is down
-    drain(scope)           handle the agent's pending events, oldest first, one at a time
+    drain(scope)           handle the agent's pending events one at a time: one whose turn
+                           began first, then oldest first
     converse(scope, text)  submit + answer: what a chat front end wants
     store_file(scope, f)   a shared file into archival memory, with its user-action event
     upload(scope, file)    store_file + answer
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import exists, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -45,7 +46,7 @@ from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
 from core.memory.window import MainContext
-from core.models import Event
+from core.models import Event, Message
 from core.ports import Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
@@ -81,6 +82,17 @@ class Exchange:
 def _pending(scope: Scope, what: Any) -> Any:
     """A query for one of the agent's pending events."""
     return select(what).where(agent_events(scope), Event.status == EventStatus.PENDING).limit(1)
+
+
+def _next_pending(scope: Scope) -> Any:
+    """The agent's pending event to handle next: one whose turn began (its words are in
+    memory: it waits for the model, or its process died) before any other, else the oldest.
+
+    A turn goes on from the end of the queue it left, answering the newest words there; an
+    older event that joined the pending ones later (held for its files, or stored by a
+    transaction that committed after a newer one's) must not put its words after them."""
+    begun = exists().where(Message.tenant_id == Event.tenant_id, Message.event_id == Event.id)
+    return _pending(scope, Event).order_by(begun.desc(), Event.id)
 
 
 class Engine:
@@ -268,7 +280,7 @@ class Engine:
             store = AgentStore(session, scope, self.mind.config.max_message_tokens)
             agent = await store.lock_agent()
             await self.presence.confirm(session, claim)
-            event = await session.scalar(_pending(scope, Event).order_by(Event.id))
+            event = await session.scalar(_next_pending(scope))
             if event is None:
                 await session.commit()
                 return None
