@@ -15,6 +15,9 @@ to a live gateway session), for each of its tags (its words, its file):
                   the member's agent cannot answer any more
     unanswered    words without a reply in the outbox, or handled (`done`) without the
                   model's `ack <tag>` in the member's channel
+    misanswered   words whose event's replies answer another of the member's messages
+                  (`ack <other tag>`): the turn went on from words that were not its own
+    answered_twice  `ack <tag>` shown more than once in the member's channel
     undelivered   a reply of its event still in the outbox
     not_shown     a reply marked delivered that the member's channel does not show
 
@@ -31,7 +34,8 @@ Across the campaign:
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,7 @@ from tests.chaos.plan import Item, Member
 from tests.chaos.process import Generation, ImportRun
 
 TAG_SQL = "#chaos/[a-z0-9]+/[a-z0-9]+#"
+ACKED = re.compile(r"ack (#chaos/[a-z0-9]+/[a-z0-9]+#)")  # the brain's answer to a tag
 HANDLED = ("done", "failed", "limited")  # an event's final statuses (core.events.EventStatus)
 DISCORD_LIMIT = 2000
 
@@ -256,6 +261,8 @@ class Checker:
             )
         if words and status == "done" and not self._answered_outside(member, mark):
             self.flag("unanswered", member.mid, mark, f"handled, but 'ack {mark}' never shown")
+        if words:
+            self._answered_once(member, mark, eid, replies)
         shown = collections.Counter(self.records.posts.get(member.channel, []))
         for body, delivered in replies:
             if not delivered:
@@ -267,6 +274,19 @@ class Checker:
                     mark,
                     f"marked delivered, not in the channel: {body[:60]!r}",
                 )
+
+    def _answered_once(
+        self, member: Member, mark: str, eid: int, replies: list[tuple[str, bool]]
+    ) -> None:
+        """The event's replies answer its own words, and the channel shows that answer once."""
+        others = {t for body, _ in replies for t in ACKED.findall(body)} - {mark}
+        if others:
+            self.flag("misanswered", member.mid, mark, f"event {eid} answered {sorted(others)}")
+        shown = [
+            p for p in self.records.posts.get(member.channel, []) if p.startswith(f"ack {mark}")
+        ]
+        if len(shown) > 1:
+            self.flag("answered_twice", member.mid, mark, f"'ack {mark}' shown {len(shown)} times")
 
 
 def model_violations(ledger: Ledger) -> list[Violation]:
@@ -342,9 +362,18 @@ def usage_violations(
     return found, cut
 
 
-def process_violations(generations: list[Generation], imports: list[ImportRun]) -> list[Violation]:
+def process_violations(
+    generations: list[Generation],
+    imports: list[ImportRun],
+    restarts: Sequence[tuple[float, float, str]] = (),
+) -> list[Violation]:
+    """Processes that were not ready or did not stop cleanly; imports that failed, but for
+    one that met a restart of the database and said so (the operator runs it again)."""
     found = [Violation("process", "*", "*", p) for g in generations for p in g.problems]
     for run in imports:
+        met_restart = any(run.started <= end and begin <= run.ended for begin, end, _ in restarts)
+        if met_restart and "the database failed" in run.stderr:
+            continue
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
             found.append(
