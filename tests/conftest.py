@@ -90,7 +90,12 @@ async def pg_url() -> AsyncIterator[str]:
     try:
         async with embedded_postgres(data_dir) as url:
             await _throwaway(url)
+            from tests.chaos.database import Server
+
+            server = await Server.of(url)
             yield url
+            if server is not None:  # the chaos campaign restarts it
+                await server.stop_if_restarted()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
