@@ -41,6 +41,7 @@ from sqlalchemy.ext.asyncio import (
 
 from bot import idle_stop
 from core.errors import ConfigError
+from core.stopping import stop_within
 
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
@@ -354,7 +355,7 @@ async def open_database(
             held = await migrate(engine, embedding_dim)
             yield async_sessionmaker(engine, expire_on_commit=False), held
         finally:
-            await engine.dispose()
+            await stop_within("the database pool", engine.dispose())
 
 
 @asynccontextmanager

@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
+from core.stopping import cancel_within
+
 log = logging.getLogger(__name__)
 
 
@@ -68,7 +70,5 @@ class Activity:
         await self._idle.wait()
 
     async def cancel(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel the background work; each gets STOP_SECONDS to end."""
+        await cancel_within("work in progress", list(self._tasks))
