@@ -72,20 +72,23 @@ class Server:
 
     async def stop_if_restarted(self) -> None:
         if _postmaster(self.pgdata) not in (0, self.first_pid):
-            await asyncio.to_thread(self._pg_ctl, "stop", "-m", "fast")
+            await asyncio.to_thread(self._pg_ctl, "stop", "-m", "immediate")  # thrown away next
 
     def _pg_ctl(self, *args: str) -> None:
         owner = self.pgdata.stat().st_uid
         subprocess.run(
             [str(self.pg_ctl), "-D", str(self.pgdata), "-w", "-l", str(self._log()), *args],
             check=True,
-            capture_output=True,
+            # Not pipes: a server it starts would hold them open (pg_ctl's output is in the log)
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             timeout=BACK_SECONDS,
             user=owner if os.getuid() != owner else None,
         )
 
     def _log(self) -> Path:
-        return self.pgdata.parent / "restarts.log"
+        return self.pgdata / "restarts.log"  # where the server's owner may write
 
     async def _kill_a_backend(self) -> None:
         """SIGKILL one client backend; return once the postmaster has ended the others

@@ -112,9 +112,11 @@ async def _discord_commands(race: Race, gateway: Gateway, discord: ChaosDiscord)
 
 
 def _who(someone: Member) -> dict[str, Any]:
+    """The member as an interaction names them (in a server, with the permissions Discord
+    computed for the channel, as it always sends them there)."""
     if someone.guild is None:
         return member(int(someone.user), someone.mid)["user"]
-    return member(int(someone.user), someone.mid)
+    return member(int(someone.user), someone.mid, permissions=0)
 
 
 def _told(field: str, body: Any) -> bool:
