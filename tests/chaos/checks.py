@@ -321,7 +321,8 @@ def usage_violations(
     """Per process and member: the tokens `usage` grew by against what the model billed.
 
     Every call is the member's whose tags its prompt holds. A process that stopped cleanly
-    must have recorded exactly what it was billed. A killed one may have recorded less: the
+    must have recorded exactly what it was billed. A killed one (or one SIGTERMed that gave
+    up turns still running past its grace period) may have recorded less: the
     turns it was running roll back with their usage (and run again later), but only calls
     made after the start of the member's last turn it finished can belong to those. Calls
     that name no single member loosen the check by what they were billed. Returns the
@@ -330,6 +331,7 @@ def usage_violations(
     for gen in generations:
         start, end = gen.wall
         calls = ledger.of(gen.name)
+        cut_short = gen.ended_by == "SIGKILL" or gave_up_turns(gen)
         loose = sum(c.billed for c in calls if c.member is None)
         for member in sorted({c.member for c in calls if c.member}):
             agent = agent_of.get(member, -1)
@@ -339,7 +341,7 @@ def usage_violations(
             finished = [t for t in stored.handled.get(agent, []) if start <= t <= end]
             since = max(finished, default=start)
             may_roll_back = sum(c.billed for c in mine if c.at >= since)
-            if gen.ended_by != "SIGKILL":
+            if not cut_short:
                 may_roll_back = 0
             if recorded > billed + loose or recorded < billed - may_roll_back - loose:
                 summaries = sum(c.billed for c in mine if c.summary)
@@ -357,9 +359,17 @@ def usage_violations(
                         ),
                     )
                 )
-            if gen.ended_by == "SIGKILL":
+            if cut_short:
                 cut += max(0, billed - recorded)
     return found, cut
+
+
+def gave_up_turns(gen: Generation) -> bool:
+    """Whether a SIGTERMed process cancelled turns still running after its grace period
+    (a loaded machine): they roll back as a SIGKILL's do, and resume on the next start."""
+    if gen.ended_by != "SIGTERM" or not gen.log.exists():
+        return False
+    return "turns still running after" in gen.log.read_text(encoding="utf-8", errors="replace")
 
 
 def process_violations(
