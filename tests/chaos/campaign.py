@@ -27,6 +27,7 @@ import logging
 import random
 import socket
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from sqlalchemy import text
@@ -308,8 +309,12 @@ class Campaign:
                 self.set_up_members(slack, discord)
                 env = self.env(slack, discord, gateway, port)
                 procs = Processes(env, port, brain, db, self.workdir)
+                durable = self.server.durable_commits() if self.server else nullcontext()
                 try:
-                    async with EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events:
+                    async with (
+                        durable,
+                        EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events,
+                    ):
                         first = await procs.start("run1")  # the traffic starts once it is up
                         self.t0 = time.monotonic()
                         traffic = self.traffic(events, discord, gateway, procs)

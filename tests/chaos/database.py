@@ -7,6 +7,7 @@
                                  options (postmaster.opts); "kill": one client backend is
                                  SIGKILLed, so the postmaster ends every connection and
                                  recovers, as after a crash of a server process
+    server.durable_commits()     meanwhile, commits are on disk before they are acknowledged
     server.stop_if_restarted()   stop the postmaster a restart started (the one that
                                  started the server knows only the first: it would leave
                                  this one running)
@@ -23,6 +24,8 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +72,27 @@ class Server:
             await asyncio.sleep(down)
             await asyncio.to_thread(self._pg_ctl, "restart")  # not running: starts it
         await self._accepting()
+
+    @asynccontextmanager
+    async def durable_commits(self) -> AsyncIterator[None]:
+        """Commits on disk before they are acknowledged, meanwhile: a test server may run
+        with synchronous_commit off (tests/conftest.py), and a crash of the server then
+        loses what Companion was told was stored (what is tried is Companion, not that)."""
+        before = await self._set("synchronous_commit", "on")
+        try:
+            yield
+        finally:
+            await self._set("synchronous_commit", before)
+
+    async def _set(self, name: str, value: str) -> str:
+        connection = await asyncpg.connect(self.url)
+        try:
+            before = str(await connection.fetchval(f"SHOW {name}"))
+            await connection.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            await connection.execute("SELECT pg_reload_conf()")
+            return before
+        finally:
+            await connection.close()
 
     async def stop_if_restarted(self) -> None:
         if _postmaster(self.pgdata) not in (0, self.first_pid):
