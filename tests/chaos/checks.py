@@ -316,13 +316,18 @@ def model_violations(ledger: Ledger) -> list[Violation]:
 
 
 def usage_violations(
-    generations: list[Generation], ledger: Ledger, stored: Stored, agent_of: dict[str, int]
+    generations: list[Generation],
+    ledger: Ledger,
+    stored: Stored,
+    agent_of: dict[str, int],
+    restarts: Sequence[tuple[float, float, str]] = (),
 ) -> tuple[list[Violation], int]:
     """Per process and member: the tokens `usage` grew by against what the model billed.
 
     Every call is the member's whose tags its prompt holds. A process that stopped cleanly
     must have recorded exactly what it was billed. A killed one (or one SIGTERMed that gave
-    up turns still running past its grace period) may have recorded less: the
+    up turns still running past its grace period, or one the database restarted under)
+    may have recorded less: the
     turns it was running roll back with their usage (and run again later), but only calls
     made after the start of the member's last turn it finished can belong to those. Calls
     that name no single member loosen the check by what they were billed. Returns the
@@ -331,7 +336,7 @@ def usage_violations(
     for gen in generations:
         start, end = gen.wall
         calls = ledger.of(gen.name)
-        cut_short = gen.ended_by == "SIGKILL" or gave_up_turns(gen)
+        cut_short = gen.ended_by == "SIGKILL" or gave_up_turns(gen) or lived_through(gen, restarts)
         loose = sum(c.billed for c in calls if c.member is None)
         for member in sorted({c.member for c in calls if c.member}):
             agent = agent_of.get(member, -1)
@@ -362,6 +367,13 @@ def usage_violations(
             if cut_short:
                 cut += max(0, billed - recorded)
     return found, cut
+
+
+def lived_through(gen: Generation, restarts: Sequence[tuple[float, float, str]]) -> bool:
+    """Whether the database restarted while the process ran: the turns it was running then
+    lost their connection and rolled back, usage of their last calls with them."""
+    end = gen.ended_at or float("inf")
+    return any(gen.started <= until and begin <= end for begin, until, _ in restarts)
 
 
 def gave_up_turns(gen: Generation) -> bool:

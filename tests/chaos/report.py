@@ -112,7 +112,9 @@ def verdict(
     found += checks.model_violations(ledger)
     agents = {tenant_user: agent for agent, tenant_user in stored.agents.items()}
     agent_of = {m.mid: agents.get((m.tenant, m.user), -1) for m in plan.members}
-    usage, cut = checks.usage_violations(procs.generations, ledger, stored, agent_of)
+    usage, cut = checks.usage_violations(
+        procs.generations, ledger, stored, agent_of, campaign.restarted
+    )
     found += usage
     found += checks.process_violations(procs.generations, procs.imports, campaign.restarted)
     runs = [g for g in procs.generations if g.name != "sweep"]
