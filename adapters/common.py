@@ -13,10 +13,10 @@ from typing import Any
 
 from core.companion import INSTRUCTIONS_LIMIT, CompanionProfile, Reach
 from core.errors import BadSetting
-from core.members.access import Access
 from core.members.community import Community, checked_welcome_text
 from core.members.service import Members, MemoryView
 from core.runtime.engine import Engine
+from core.tenants.access import Access
 
 
 @dataclass(frozen=True)

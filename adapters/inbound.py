@@ -5,6 +5,10 @@
     message_event(...)  the member's words as an engine event; with files, it names them
     take(...)           store it (held while files come) before the platform hears
                         "received" and before any lookup, reaction or model call
+    store_message(...)  the author's agent, then `take`; a message too large to store is
+                        refused, the member told why
+    store_welcome(...)  a new member's welcome, as their agent's user action (when the
+                        community's welcomes are on); the adapter sends it by DM
     follow_up(...)      afterwards: each file (a picture is looked at by the model, and
                         what it saw goes with the words), then the words, then the answer
 
@@ -23,11 +27,12 @@ from typing import Any
 
 from adapters.common import Services
 from core.companion import Where
-from core.errors import Refused
+from core.errors import EventTooLarge, Refused
 from core.events import EventKind, InboundEvent
-from core.members.documents import check_upload
-from core.ports import Send
+from core.memory.documents import check_upload
+from core.ports import Posting, Send
 from core.runtime.engine import Engine
+from core.runtime.intake import Admit
 from core.runtime.pictures import check_picture, is_picture
 from core.scope import Scope
 
@@ -68,12 +73,59 @@ async def take(engine: Engine, scope: Scope, event: InboundEvent, has_files: boo
     return await engine.submit(scope, event, hold=has_files)
 
 
+async def store_message(
+    engine: Engine,
+    tenant: str,
+    user: str,
+    name: str | None,
+    event: InboundEvent,
+    has_files: bool,
+    tell: Send,
+    admit: Admit | None = None,
+) -> tuple[Scope, int] | None:
+    """The author's agent and their message stored in it, in one transaction (`Engine.take`:
+    what a platform's acknowledgement waits for): (scope, event id); None for a message too
+    large to store, or one the admins' rules refuse (`admit`, asked first in the same
+    transaction), whose author is told what they need to know through `tell`."""
+    try:
+        taken = await engine.take(tenant, user, event, has_files, admit, name)
+    except EventTooLarge as error:
+        await never_failing(tell)(str(error))
+        return None
+    if taken.scope is None or taken.event_id is None:
+        if taken.admitted.notice:
+            await never_failing(tell)(taken.admitted.notice)
+        return None
+    return taken.scope, taken.event_id
+
+
+async def store_welcome(
+    services: Services,
+    tenant: str,
+    user: str,
+    name: str,
+    dedup_key: str,
+    display_name: str | None = None,
+    meta: dict[str, Any] | None = None,
+) -> tuple[Scope, int] | None:
+    """A member who joined: the welcome their companion is asked to write, stored as a
+    user action of their agent, (scope, event id); None when the community's welcomes are
+    off. `dedup_key` is the platform's id of the join: a join sent twice is welcomed once."""
+    asked = await services.welcome_event(tenant, name)
+    if asked is None:
+        return None
+    engine = services.engine
+    scope = await engine.agent(tenant, user, display_name)
+    event = InboundEvent(EventKind.USER_ACTION, asked, dedup_key, meta or {})
+    return scope, await engine.submit(scope, event)
+
+
 def never_failing(send: Send) -> Send:
     """For telling the member what went wrong: a failure to tell is logged, not raised."""
 
-    async def tell(text: str) -> None:
+    async def tell(text: str, posting: Posting | None = None) -> None:
         try:
-            await send(text)
+            await send(text, posting)
         except Exception:
             log.warning("could not tell the member: %s", text, exc_info=True)
 

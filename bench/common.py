@@ -10,9 +10,12 @@ import json
 import os
 import platform
 import random
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -121,6 +124,76 @@ def revision() -> str:
     return f"{head or 'unknown'}{' with uncommitted changes' if dirty else ''}"
 
 
+class Spy:
+    """py-spy sampling one process while a bench's timed window runs (`--py-spy FILE`):
+    stacks holding the GIL, 100 a second, in py-spy's raw (collapsed) format, which
+    `bench/profile.py FILE` sums by function. py-spy is not a dependency: pip install py-spy."""
+
+    def __init__(self, pid: int, path: str | None) -> None:
+        self.pid, self.path = pid, path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Spy:
+        if self.path:
+            spy = Path(sys.executable).with_name("py-spy")
+            command = [str(spy) if spy.exists() else "py-spy", "record", "--pid", str(self.pid)]
+            command += ["--format", "raw", "--gil", "--nonblocking", "-o", self.path]
+            self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            self.proc.wait(60)
+
+
+SQL_COUNTER = ROOT / "bench" / "sqlcount"
+
+
+def sql_count_env(path: str | None) -> dict[str, str]:
+    """The environment that makes a `companion run` count its SQL (--count-sql)."""
+    return {"COMPANION_SQL_COUNT": path} if path else {}
+
+
+def start_sql_count(pid: int, path: str | None) -> None:
+    if path:
+        os.kill(pid, signal.SIGUSR1)
+
+
+def sql_counts(path: str | None, messages: int) -> list[list[object]]:
+    """Rows for a bench's table: statements and transactions per message, and the most
+    frequent statements (the server writes them when it exits)."""
+    if not path or not Path(path).exists():
+        return []
+    lines = Path(path).read_text().splitlines()
+    statements, transactions = (int(x) for x in lines[0].split())
+    rows: list[list[object]] = [
+        ["SQL statements per message", f"{statements / messages:.1f}"],
+        ["transactions per message", f"{transactions / messages:.1f}"],
+    ]
+    for line in lines[1:9]:
+        n, statement = line.split("\t", 1)
+        rows.append([f"  {int(n) / messages:.2f}/msg  {statement[:70]}", ""])
+    return rows
+
+
+def yardstick() -> float:
+    """CPU milliseconds of a fixed piece of pure Python: on a machine shared with other
+    work a CPU millisecond buys less (other processes on the same cores, in their caches),
+    so a bench prints this beside its CPU figures, at the start and end of its timed run:
+    CPU figures of two runs compare in proportion to it."""
+    started = time.process_time()
+    total = 0
+    for i in range(300_000):
+        total += len(str(i)) ^ (i & 7)
+    json.dumps([{"n": i, "s": str(i)} for i in range(5_000)])
+    return (time.process_time() - started) * 1000
+
+
+def sticks(values: Sequence[float]) -> str:
+    return " / ".join(f"{v:.1f}" for v in values)
+
+
 def machine() -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     return (
@@ -139,9 +212,14 @@ def p95(values: Sequence[float]) -> float:
 
 
 def stats_ms(seconds: Sequence[float]) -> dict[str, float]:
-    """median, p95 and mean of durations given in seconds, in milliseconds."""
+    """median, p95, mean and max of durations given in seconds, in milliseconds."""
     ms = [s * 1000 for s in seconds]
-    return {"median": statistics.median(ms), "p95": p95(ms), "mean": statistics.fmean(ms)}
+    return {
+        "median": statistics.median(ms),
+        "p95": p95(ms),
+        "mean": statistics.fmean(ms),
+        "max": max(ms),
+    }
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -1,6 +1,7 @@
 """Fan-out: many members write at the same moment; how soon is the last one answered?
 
     python bench/fanout.py [--members 100] [--latency 2] [--concurrency 64]
+                           [--embedder endpoint|local|none] [--py-spy FILE]
 
 What a community's companion meets after an announcement: --members members each send one
 Slack DM at the same instant to one `companion run` (Slack HTTP mode, its own process, on an
@@ -17,8 +18,11 @@ pg_stat_activity every 50 ms) and its CPU. Checked: every member answered exactl
 with a reply to their own message.
 
 The server's settings: COMPANION_MODEL_CONCURRENCY=--concurrency (calls in flight at
-most), its pool of 10 connections (10 more when busy), rate limits off, the local embedding
-model off (the fake endpoint embeds), logs at WARNING.
+most), its pool of 10 connections (10 more when busy), rate limits off, logs at WARNING;
+embeddings from the fake's endpoint unless --embedder says `local` (the local model in the
+server's process) or `none`. --py-spy FILE samples the server from the burst to the last
+reply (`bench/profile.py FILE` sums it); --count-sql FILE counts the server's SQL statements
+and transactions per message.
 """
 
 from __future__ import annotations
@@ -36,11 +40,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from sqlalchemy import text
 
-from bench.common import machine, revision, settings_block, stats_ms, table
+from bench.common import (
+    Spy,
+    machine,
+    revision,
+    settings_block,
+    sql_counts,
+    start_sql_count,
+    stats_ms,
+    sticks,
+    table,
+    yardstick,
+)
 from bench.load import echo_brain
 from bench.slack_http import (
+    EMBEDDER_TEXT,
+    EMBEDDERS,
     ROOT,
     Replies,
+    ack_buckets,
+    ack_rows,
     companion_env,
     cpu_seconds,
     envelope,
@@ -95,10 +114,11 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
     async with embedded_postgres(data_dir / "pg") as admin_url:
         url = await serve_as_app_role(admin_url)
         engine = make_engine(url, pool_size=1)
-        await migrate(engine, 16)
+        await migrate(engine, EMBEDDERS[args.embedder])
         await engine.dispose()
         watcher = make_engine(admin_url, pool_size=1)
         model, replies, port = SlowModel(), Replies(), free_port()
+        args.ops_port = free_port()
         async with FakeOpenAI(model, embedding_dim=16) as fake, FakeSlack() as api:
             api.on_call = replies.on_call
             members = [f"U{a:05d}" for a in range(args.members)]
@@ -116,14 +136,19 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
             )
+            failed = True
             try:
                 await measure(args, proc, port, replies, model, api, members, watcher)
+                failed = False
             finally:
                 proc.terminate()
                 _, err = await proc.communicate()
                 await watcher.dispose()
-                if proc.returncode not in (0, -15):
-                    print(err.decode()[-3000:], file=sys.stderr)
+                if failed or proc.returncode not in (0, -15):
+                    print(err.decode()[-5000:], file=sys.stderr)
+            if args.count_sql:
+                rows = sql_counts(args.count_sql, args.members)
+                print(table(["SQL of the timed run (companion run)", ""], rows))
 
 
 async def connections(watcher: Any) -> int:
@@ -165,11 +190,17 @@ async def measure(
                 await asyncio.sleep(0.05)
 
         sampler = asyncio.create_task(sample())
-        cpu0, started = cpu_seconds(proc.pid), time.perf_counter()
-        acks = await asyncio.gather(*(post(http, url, u, n) for n, u in enumerate(members)))
-        times = await asyncio.wait_for(asyncio.gather(*answered.values()), 600)
-        last = max(times)
-        cpu = cpu_seconds(proc.pid) - cpu0
+        start_sql_count(proc.pid, args.count_sql)
+        stick = [yardstick()]
+        acks_before = await ack_buckets(http, args.ops_port)
+        with Spy(proc.pid, args.py_spy):
+            cpu0, started = cpu_seconds(proc.pid), time.perf_counter()
+            acks = await asyncio.gather(*(post(http, url, u, n) for n, u in enumerate(members)))
+            times = await asyncio.wait_for(asyncio.gather(*answered.values()), 600)
+            last = max(times)
+            cpu = cpu_seconds(proc.pid) - cpu0
+        server_acks = ack_rows(acks_before, await ack_buckets(http, args.ops_port))
+        stick.append(yardstick())
         await asyncio.sleep(2)  # anything sent twice would arrive by now
         sampling = False
         await sampler
@@ -189,11 +220,13 @@ async def measure(
                 "server": "companion run (Slack HTTP mode), its own process, embedded Postgres",
                 "members": f"{len(members)}, one DM each, all POSTed at once",
                 "model": f"FakeOpenAI echo in one send_message, {args.latency:g} s per call",
+                "embedder": EMBEDDER_TEXT[args.embedder],
                 "COMPANION_MODEL_CONCURRENCY": args.concurrency,
             },
         )
     )
     ack = stats_ms([a - started for a in acks])
+    late = sum(1 for a in acks if a - started > 3)
     latency = stats_ms([t - started for t in times])
     print(
         table(
@@ -204,7 +237,13 @@ async def measure(
                     "reply p50 / p95, s",
                     f"{latency['median'] / 1000:.2f} / {latency['p95'] / 1000:.2f}",
                 ],
-                ["acknowledgement p50 / p95, ms", f"{ack['median']:.0f} / {ack['p95']:.0f}"],
+                [
+                    "acknowledgement p50 / p95 / max, ms",
+                    f"{ack['median']:.0f} / {ack['p95']:.0f} / {ack['max']:.0f}",
+                ],
+                ["acknowledgements after 3 s (Slack retries them)", late],
+                *server_acks,
+                ["CPU yardstick at start / end, ms (bench.common.yardstick)", sticks(stick)],
                 ["model calls in flight: most", model.most],
                 ["model calls in flight: mean while any", f"{sum(busy) / max(1, len(busy)):.1f}"],
                 ["Postgres connections of the server: most", peak_connections],
@@ -227,6 +266,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=2.0, help="seconds per model call")
     parser.add_argument("--concurrency", type=int, default=64, help="COMPANION_MODEL_CONCURRENCY")
     parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
+    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
+    parser.add_argument("--count-sql", help="count the server's SQL of the burst into this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-fanout-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))

@@ -242,7 +242,7 @@ async def part_b(db: Database, config: EngineConfig, args: argparse.Namespace) -
     print("\n(b) Through the real openai client to FakeOpenAI on loopback (same process)")
     print(
         table(
-            ["part", "median ms", "p95 ms", "mean ms"],
+            ["part", "median ms", "p95 ms", "mean ms", "max ms"],
             [
                 ["wall time per message", *stats_ms(one.total).values()],
                 ["  inside OpenAIChat.complete (HTTP + fake)", *stats_ms(one.model).values()],

@@ -74,7 +74,7 @@ import aiohttp
 from aiohttp import web
 
 from bench.common import ROOT, machine, revision, settings_block, table
-from bench.slack_http import envelope, free_port
+from bench.slack_http import envelope, free_port, wait_listening
 from core.memory.turn import STEP_CAP_REPLY
 from core.runtime.apologies import INTERNAL_ERROR_REPLY, MODEL_DOWN_REPLY, MODEL_SETUP_REPLY
 from tests.fake_slack import FakeSlack, signed
@@ -550,7 +550,7 @@ async def slack_conversation(
         turns, base = [], f"http://127.0.0.1:{port}"
         try:
             async with aiohttp.ClientSession() as http:
-                await _ready(http, base, proc)
+                await wait_listening(http, port, proc, seconds=180)
                 for n, line in enumerate(lines, start=1):
                     body = envelope(user, line, int(time.time()) % 10**6 * 100 + n)
                     before, started = len(posts.seen), time.perf_counter()
@@ -567,20 +567,6 @@ async def slack_conversation(
         finally:
             await stop(proc)
     return turns, [*(await errors).decode().splitlines(), f"/readyz model: {ready}"]
-
-
-async def _ready(http: aiohttp.ClientSession, base: str, proc: Any) -> None:
-    for _ in range(1800):
-        if proc.returncode is not None:
-            raise SystemExit(f"companion run exited with {proc.returncode}")
-        try:
-            async with http.get(f"{base}/readyz") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.1)
-    raise SystemExit("companion run was not ready in 180 s")
 
 
 # ---------------------------------------------------------------- doctor

@@ -1,6 +1,7 @@
 """Slack HTTP: messages per second, latency and CPU per message through `companion run`.
 
     python bench/slack_http.py [--agents 50] [--messages 20] [--clients 10] [--window 8192]
+                               [--latency 0] [--embedder endpoint|local|none] [--py-spy FILE]
 
 The whole product path of Slack's HTTP mode, in separate processes as deployed:
 
@@ -10,9 +11,12 @@ The whole product path of Slack's HTTP mode, in separate processes as deployed:
   `/slack/events`, from --clients concurrent clients in this process;
 - its Web API calls (`auth.test`, `users.info`, `chat.postMessage`, ...) go to
   `tests.fake_slack.FakeSlack` in this process (SLACK_API_URL);
-- its model is `tests.fake_openai.FakeOpenAI` in this process, answering at once with one
-  send_message call that echoes the message, reporting no `usage` (so the fake does not
-  tokenize the prompt); its embeddings endpoint serves the embedding worker too.
+- its model is `tests.fake_openai.FakeOpenAI` in this process, answering with one
+  send_message call that echoes the message, at once or after --latency seconds, reporting
+  no `usage` (so the fake does not tokenize the prompt); its embeddings endpoint serves the
+  embedding worker too (--embedder endpoint, the default); --embedder local: the local
+  model in the server's process (all-MiniLM-L6-v2 on onnxruntime, 384 dimensions), what a
+  deployment without COMPANION_EMBEDDING_MODEL runs; --embedder none: no vectors at all.
 
 Each client takes the next message of a shared list (--agents x --messages, the agents'
 messages interleaved), POSTs it, and waits for the reply: the `chat.postMessage` call that
@@ -24,7 +28,9 @@ Messages/s = timed messages / (last reply - first POST). CPU per message = the C
 (user + system, /proc) of the `companion run` process over the timed window, divided by
 the messages; Postgres (all its processes) and this script (clients and fakes) are
 reported beside it. On a 2-core machine all of them share the same two cores. With
---profile FILE the server runs under cProfile (slower) and leaves its statistics in FILE.
+--profile FILE the server runs under cProfile (slower) and leaves its statistics in FILE;
+with --py-spy FILE py-spy samples it during the timed run (`bench/profile.py FILE` sums it);
+with --count-sql FILE it counts its SQL statements and transactions in the timed run.
 """
 
 from __future__ import annotations
@@ -47,7 +53,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 
-from bench.common import ROOT, machine, revision, settings_block, stats_ms, table
+from bench.common import (
+    ROOT,
+    SQL_COUNTER,
+    Spy,
+    machine,
+    revision,
+    settings_block,
+    sql_count_env,
+    sql_counts,
+    start_sql_count,
+    stats_ms,
+    sticks,
+    table,
+    yardstick,
+)
 from bench.load import echo_brain
 from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
 from tests.fake_openai import FakeOpenAI
@@ -120,6 +140,57 @@ def envelope(user: str, text: str, n: int) -> str:
     )
 
 
+EMBEDDER_TEXT = {
+    "endpoint": "the fake's embeddings endpoint (16 dimensions)",
+    "local": "local all-MiniLM-L6-v2 in the server's process (384 dimensions)",
+    "none": "none (COMPANION_EMBEDDING_MODEL=none)",
+}
+
+
+class Brain:
+    """The echo brain, after `latency` seconds once set (the warm-up is instant)."""
+
+    def __init__(self) -> None:
+        self.latency = 0.0
+
+    async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        return echo_brain(body)
+
+
+async def ack_buckets(http: aiohttp.ClientSession, ops_port: int) -> dict[str, float]:
+    """The server's own companion_acknowledgement_seconds (each Slack request's arrival to
+    its answer), cumulative by bucket; empty for a server without it (older code)."""
+    try:
+        async with http.get(f"http://127.0.0.1:{ops_port}/metrics") as response:
+            exposition = await response.text()
+    except aiohttp.ClientError:
+        return {}
+    buckets = {}
+    for line in exposition.splitlines():
+        found = re.match(r'companion_acknowledgement_seconds_bucket\{le="([^"]+)"\} (\S+)', line)
+        if found:
+            buckets[found.group(1)] = float(found.group(2))
+    return buckets
+
+
+def ack_rows(before: dict[str, float], after: dict[str, float]) -> list[list[object]]:
+    """Rows for a bench's table: of the requests between two readings, how many the server
+    answered within 1, 3 and 5 s."""
+    total = after.get("+Inf", 0) - before.get("+Inf", 0)
+    if not total:
+        return []
+    return [
+        [
+            f"acknowledged within {s} s, as the server timed it",
+            f"{after[le] - before.get(le, 0):.0f} of {total:.0f}",
+        ]
+        for s, le in (("1", "1.0"), ("3", "3.0"), ("5", "5.0"))
+        if le in after
+    ]
+
+
 class Replies:
     """When each tagged message's reply reached the fake Slack."""
 
@@ -165,8 +236,11 @@ async def send(
     return started, acknowledged, replied
 
 
-async def wait_listening(http: aiohttp.ClientSession, port: int, proc: Any) -> None:
-    for _ in range(600):
+async def wait_listening(
+    http: aiohttp.ClientSession, port: int, proc: Any, seconds: float = 60.0
+) -> None:
+    """Until `companion run` on `port` says it is ready; exits the bench if it stops or lags."""
+    for _ in range(int(seconds * 10)):
         if proc.returncode is not None:
             raise SystemExit(f"companion run exited with {proc.returncode}")
         try:
@@ -176,7 +250,18 @@ async def wait_listening(http: aiohttp.ClientSession, port: int, proc: Any) -> N
         except aiohttp.ClientError:
             pass
         await asyncio.sleep(0.1)
-    raise SystemExit("companion run did not become ready")
+    raise SystemExit(f"companion run was not ready in {seconds:.0f} s")
+
+
+EMBEDDERS = {"endpoint": 16, "local": 384, "none": 16}  # the vectors' size in the database
+
+
+def embedding_env(embedder: str) -> dict[str, str]:
+    if embedder == "local":
+        return {}  # no COMPANION_EMBEDDING_MODEL: the local model
+    if embedder == "none":
+        return {"COMPANION_EMBEDDING_MODEL": "none"}
+    return {"COMPANION_EMBEDDING_MODEL": "fake-embed", "COMPANION_EMBEDDING_DIM": "16"}
 
 
 def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: Any) -> dict:
@@ -187,8 +272,7 @@ def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: A
         OPENAI_API_KEY="bench",
         COMPANION_MODEL="fake",
         COMPANION_CONTEXT_WINDOW=str(args.window),
-        COMPANION_EMBEDDING_MODEL="fake-embed",
-        COMPANION_EMBEDDING_DIM="16",
+        **embedding_env(getattr(args, "embedder", "endpoint")),
         COMPANION_RATE_LIMIT="off",
         COMPANION_LOG_LEVEL="WARNING",
         SLACK_BOT_TOKEN="xoxb-bench",
@@ -197,7 +281,10 @@ def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: A
         COMPANION_HTTP_HOST="127.0.0.1",
         COMPANION_HTTP_PORT=str(port),
         PYTHONPATH=str(ROOT),
+        COMPANION_OPS_PORT=str(args.ops_port),
     )
+    if getattr(args, "count_sql", None):  # bench/sqlcount/sitecustomize.py counts
+        env.update(sql_count_env(args.count_sql), PYTHONPATH=f"{SQL_COUNTER}{os.pathsep}{ROOT}")
     return env
 
 
@@ -205,11 +292,13 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
     async with embedded_postgres(data_dir / "pg") as admin_url:
         url = await serve_as_app_role(admin_url)
         engine = make_engine(url, pool_size=1)
-        await migrate(engine, 16)
+        await migrate(engine, EMBEDDERS[args.embedder])
         await engine.dispose()
         replies = Replies()
         port = free_port()
-        async with FakeOpenAI(echo_brain, embedding_dim=16) as fake, FakeSlack() as api:
+        args.ops_port = free_port()
+        brain = Brain()
+        async with FakeOpenAI(brain, embedding_dim=16) as fake, FakeSlack() as api:
             api.on_call = replies.on_call
             for a in range(args.agents):
                 api.add_user(f"U{a:04d}")
@@ -226,12 +315,15 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 stderr=asyncio.subprocess.PIPE,
             )
             try:
-                await measure(args, proc, port, replies, data_dir, fake)
+                n = await measure(args, proc, port, replies, data_dir, fake, brain)
             finally:
                 proc.terminate()
                 _, err = await proc.communicate()
                 if proc.returncode not in (0, -15):
                     print(err.decode()[-3000:], file=sys.stderr)
+            if args.count_sql:
+                rows = sql_counts(args.count_sql, n)
+                print(table(["SQL of the timed run (companion run)", ""], rows))
 
 
 async def measure(
@@ -241,7 +333,8 @@ async def measure(
     replies: Replies,
     data_dir: Path,
     fake: FakeOpenAI,
-) -> None:
+    brain: Brain,
+) -> int:
     url = f"http://127.0.0.1:{port}/slack/events"
     connector = aiohttp.TCPConnector(limit=args.clients)
     async with aiohttp.ClientSession(connector=connector) as http:
@@ -259,12 +352,19 @@ async def measure(
                 user, n = todo.pop()
                 done.append(await send(http, url, replies, user, n))
 
-        cpu0, pg0, own0 = cpu_seconds(proc.pid), postgres_cpu(data_dir), own_cpu()
-        load = os.getloadavg()
-        await asyncio.gather(*(client() for _ in range(args.clients)))
-        cpu, pg_cpu = cpu_seconds(proc.pid) - cpu0, postgres_cpu(data_dir) - pg0
+        brain.latency = args.latency
+        start_sql_count(proc.pid, args.count_sql)
+        stick = [yardstick()]
+        acks_before = await ack_buckets(http, args.ops_port)
+        with Spy(proc.pid, args.py_spy):
+            cpu0, pg0, own0 = cpu_seconds(proc.pid), postgres_cpu(data_dir), own_cpu()
+            load = os.getloadavg()
+            await asyncio.gather(*(client() for _ in range(args.clients)))
+            cpu, pg_cpu = cpu_seconds(proc.pid) - cpu0, postgres_cpu(data_dir) - pg0
         own = own_cpu() - own0
         calls = len(fake.requests) - calls_before
+        server_acks = ack_rows(acks_before, await ack_buckets(http, args.ops_port))
+        stick.append(yardstick())
     n = len(done)
     first = min(d[0] for d in done)
     last = max(d[2] for d in done)
@@ -279,7 +379,9 @@ async def measure(
                 "code": revision(),
                 "server": "companion run (Slack HTTP mode), its own process",
                 "database": "embedded Postgres, served as companion_app",
-                "model": "tests.fake_openai.FakeOpenAI, echo in one send_message, no usage",
+                "model": "tests.fake_openai.FakeOpenAI, echo in one send_message, no usage, "
+                + (f"{args.latency:g} s per call" if args.latency else "at once"),
+                "embedder": EMBEDDER_TEXT[args.embedder],
                 "Slack Web API": "tests.fake_slack.FakeSlack",
                 "load": f"{args.agents} agents x {args.messages} messages, {args.clients} "
                 "clients, each waits for its reply before the next",
@@ -300,9 +402,12 @@ async def measure(
                 ["companion run CPU per message, ms", f"{cpu / n * 1000:.1f}"],
                 ["Postgres CPU per message (all its processes), ms", f"{pg_cpu / n * 1000:.1f}"],
                 ["this script CPU per message (clients, fakes), ms", f"{own / n * 1000:.1f}"],
+                *server_acks,
+                ["CPU yardstick at start / end, ms (bench.common.yardstick)", sticks(stick)],
             ],
         )
     )
+    return n
 
 
 def main() -> None:
@@ -311,7 +416,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20, help="timed messages per agent")
     parser.add_argument("--clients", type=int, default=10, help="concurrent senders")
     parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
+    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
     parser.add_argument("--profile", help="run companion under cProfile, its stats to this file")
+    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
+    parser.add_argument("--count-sql", help="count the server's SQL into this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))

@@ -20,17 +20,16 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
+from bot.delivery import Router
 from bot.observability import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.local_embedder import LocalEmbedder
-from core.members.access import Access
 from core.members.community import Community
-from core.members.reembed import adopt_dimension
 from core.members.service import Members
-from core.members.tenancy import Tenancy
 from core.memory.embeddings import EmbeddingWorker
+from core.memory.reembed import adopt_dimension
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
 from core.memory.window import check_window
@@ -38,6 +37,8 @@ from core.ports import ChatModel, Completion, Embedder
 from core.runtime.engine import Engine, utcnow
 from core.runtime.pictures import Vision
 from core.stopping import stop_within
+from core.tenants.access import Access
+from core.tenants.tenancy import Tenancy
 from core.wire.health import WireHealth
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ class App:
     embedding_dim: int  # what the database holds
     metrics: PrometheusMetrics  # what the engine reports, for /metrics
     endpoint: Endpoint  # the model endpoint, for other models on it (an eval's judge)
+    # The engine's way to members outside a live handler: each platform a command serves
+    # adds itself (`companion run`, `companion tick`); none for the rest.
+    platforms: Router
 
 
 class Endpoint:
@@ -161,7 +165,8 @@ async def open_app(
         # Messages get vectors in the background of the processes that hold conversations.
         worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
         vision = Vision(settings.vision, settings.model or "unset")
-        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision)
+        platforms = Router()
+        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision, platforms=platforms)
         members = Members(sessions, config, engine.clock, embedder)
         community = Community(sessions, config, engine.clock, settings.welcome)
         access = Access(
@@ -184,6 +189,7 @@ async def open_app(
                 held_dim,
                 metrics,
                 endpoint,
+                platforms,
             )
 
 

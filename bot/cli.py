@@ -83,6 +83,9 @@ def _dimension(text: str) -> int:
 
 
 TENANT, USER = _name("tenant"), _name("user")
+# The terminal's community: no platform's (its key names none), so no platform delivers to
+# it; its members read what waited (openers) at their next chat.
+TERMINAL_TENANT = "local"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,7 +104,10 @@ def _parser() -> argparse.ArgumentParser:
 
     chat = commands.add_parser("chat", help="chat with a member's agent in the terminal")
     chat.add_argument(
-        "--tenant", type=TENANT, default="local", help="default: local (the terminal)"
+        "--tenant",
+        type=TENANT,
+        default=TERMINAL_TENANT,
+        help=f"default: {TERMINAL_TENANT} (the terminal)",
     )
     chat.add_argument("--user", type=USER, default=None, help="default: your login name")
     chat.add_argument("--verbose", "-v", action="store_true", help="show thoughts and calls")
@@ -134,6 +140,11 @@ def _parser() -> argparse.ArgumentParser:
     erase.add_argument("tenant", type=TENANT, help="e.g. slack:<team id>, discord:<guild id>")
     erase.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+    commands.add_parser(
+        "migrate",
+        help="bring the database to this version's schema, revision by revision (deploys "
+        "run it once before starting; other commands refuse a revision that rewrites tables)",
+    )
     commands.add_parser("run", help="serve Discord and/or Slack, with the scheduler")
     commands.add_parser("web", help="serve the memory inspector (and health checks) alone")
 

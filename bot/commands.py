@@ -14,10 +14,12 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from bot import idle_stop
@@ -123,7 +125,7 @@ async def _tenant(app: App, args: argparse.Namespace) -> int:
 
 async def _reembed(app: App, args: argparse.Namespace) -> int:
     from bot.progress import Progress
-    from core.members.reembed import change_dimension, reembed
+    from core.memory.reembed import change_dimension, reembed
 
     if app.embedder is None:
         raise ConfigError("COMPANION_EMBEDDING_MODEL is 'none': there is no model to embed with")
@@ -265,6 +267,8 @@ def execute(args: argparse.Namespace) -> int:
     try:
         configure_logging(*log_options(os.environ, args.command))
         settings = Settings.from_env(os.environ)
+        if args.command == "migrate":
+            return asyncio.run(_migrate(settings))
         if args.command == "eval":
             from bot.eval.runner import run_eval
 
@@ -280,6 +284,39 @@ def execute(args: argparse.Namespace) -> int:
             raise
         print(f"companion: {failure_line(error)}", file=sys.stderr)
         return 1
+
+
+async def _migrate(settings: Settings) -> int:
+    """`companion migrate`: a line per revision as it is applied, and one last line."""
+    from bot.database import open_database
+
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        print(line, flush=True)
+
+    started = time.monotonic()
+    async with open_database(
+        settings.database_url,
+        settings.data_dir,
+        settings.embedding_dim,
+        settings.db_schema,
+        keep_warm=idle_stop.may_outlive(),
+        rewrite_tables=True,
+        progress=say,
+    ) as (sessions, _):
+        async with sessions() as session:
+            at = ", ".join(await session.scalars(text("SELECT version_num FROM alembic_version")))
+    applied = sum(line.startswith("applied ") for line in said)
+    if applied:
+        print(
+            f"migrated: the database is at {at} ({applied} applied in "
+            f"{time.monotonic() - started:.1f} s)"
+        )
+    else:
+        print(f"the database is at {at}, the newest revision: nothing to migrate")
+    return 0
 
 
 def failure_line(error: BaseException) -> str:

@@ -10,8 +10,7 @@ Its buffer cache is a quarter of the machine's memory, up to 2 GB, from its seco
 ordinary role `companion_app`, which owns the tables and is bound by their row-level
 security (a superuser would pass every policy by); the server's
 superuser only creates that role and pgvector (`serve_as_app_role`).
-Migrations run on every start, serialised by an advisory lock; what stops them is said in
-one line (`ConfigError`), e.g. the SQL an admin runs when the user may not create pgvector.
+`open_database` migrates it (`bot.migrations` says when a command may, and how).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,9 +28,7 @@ from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
-    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -40,15 +36,12 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from bot import idle_stop
+from bot.migrations import Progress, create_vector, migrate, migration_lock
 from core.errors import ConfigError
 from core.stopping import stop_within
 
 log = logging.getLogger(__name__)
-MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
-MIGRATION_LOCK = 0x636F6D70  # "comp"
 APP_ROLE = "companion_app"  # the ordinary role the embedded database is served as
-ADMIN_SQL = "CREATE EXTENSION vector;"
-MANAGED = "deploy/README.md, Managed PostgreSQL"
 
 
 def asyncpg_url(url: str) -> str:
@@ -158,128 +151,6 @@ def make_engine(url: str, schema: str | None = None, pool_size: int = POOL_SIZE)
     )
 
 
-def _upgrade(connection: Any, embedding_dim: int) -> None:
-    from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    config.attributes["connection"] = connection
-    config.attributes["embedding_dim"] = embedding_dim
-    before = MigrationContext.configure(connection).get_current_heads()
-    command.upgrade(config, "head")
-    after = MigrationContext.configure(connection).get_current_heads()
-    if before != after:  # one line for the whole upgrade (alembic's own are quiet at INFO)
-        log.info(
-            "database migrated from %s to %s",
-            ", ".join(before) or "nothing (a new database)",
-            ", ".join(after),
-        )
-
-
-def _one_line(error: BaseException) -> str:
-    """The server's own words for a database error, on one line."""
-    error = getattr(error, "orig", None) or error  # SQLAlchemy wraps the driver's error
-    words = str(error).strip().splitlines()
-    return words[0] if words else type(error).__name__
-
-
-async def _where(connection: AsyncConnection) -> tuple[str, str]:
-    row = (await connection.execute(text("SELECT current_database(), current_user"))).one()
-    return str(row[0]), str(row[1])
-
-
-@asynccontextmanager
-async def _migration_lock(connection: AsyncConnection) -> AsyncIterator[None]:
-    """One process at a time migrates; the lock is given back even after a failed step."""
-    await connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK})
-    await connection.commit()
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(Exception):  # the error that brought us here is the news
-            await _unlock(connection)
-        raise
-    await _unlock(connection)
-
-
-async def _unlock(connection: AsyncConnection) -> None:
-    await connection.rollback()  # a failed statement leaves its transaction aborted
-    await connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK})
-    await connection.commit()
-
-
-async def _create_vector(connection: AsyncConnection) -> None:
-    try:
-        await connection.execute(text("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"))
-        await connection.commit()
-    except DBAPIError as error:
-        await connection.rollback()
-        database, user = await _where(connection)
-        available = await connection.scalar(
-            text("SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'")
-        )
-        if not available:
-            raise ConfigError(
-                f"pgvector is not installed on this PostgreSQL server ({_one_line(error)}); "
-                "install pgvector, or leave DATABASE_URL unset to use the embedded database"
-            ) from error
-        raise ConfigError(
-            f"cannot create the extension vector in database {database} as {user} "
-            f"({_one_line(error)}); an admin runs once, connected to {database}: "
-            f"{ADMIN_SQL} ({MANAGED})"
-        ) from error
-
-
-async def _upgrade_to_head(connection: AsyncConnection, embedding_dim: int) -> None:
-    try:
-        await connection.run_sync(_upgrade, embedding_dim)
-        await connection.commit()
-    except DBAPIError as error:
-        await connection.rollback()
-        database, user = await _where(connection)
-        hint = ""
-        if getattr(error.orig, "sqlstate", None) == "42501":  # insufficient_privilege
-            hint = f"; {user} must own the database or its schema ({MANAGED})"
-        raise ConfigError(
-            f"cannot migrate database {database} as {user}: {_one_line(error)}{hint}"
-        ) from error
-
-
-REVISION = re.compile(r"""^(down_)?revision\s*(?::[^=]*)?=\s*(?:["']([^"']+)["']|None)""", re.M)
-
-
-def newest_revisions() -> set[str]:
-    """The heads of migrations/versions, read from the files' `revision` and `down_revision`
-    lines (without importing alembic: most starts find the database already there)."""
-    revisions: set[str] = set()
-    parents: set[str] = set()
-    for script in (MIGRATIONS / "versions").glob("*.py"):
-        for down, name in REVISION.findall(script.read_text(encoding="utf-8")):
-            (parents if down else revisions).add(name)
-    return revisions - parents
-
-
-async def _at_head(connection: AsyncConnection) -> bool:
-    if not await connection.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL")):
-        return False
-    current = set(await connection.scalars(text("SELECT version_num FROM alembic_version")))
-    return current == newest_revisions()
-
-
-async def migrate(engine: AsyncEngine, embedding_dim: int) -> int:
-    """Bring the schema to the newest revision; returns the dimension the database holds."""
-    async with engine.connect() as connection:
-        if not await _at_head(connection):
-            async with _migration_lock(connection):
-                await _create_vector(connection)
-                await _upgrade_to_head(connection, embedding_dim)
-        held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
-        await connection.rollback()
-    return int(held)
-
-
 def as_role(url: str, role: str) -> str:
     """The same server and database, as another user (the embedded server trusts its socket)."""
     return make_url(url).set(username=role, password=None).render_as_string(False)
@@ -327,8 +198,8 @@ async def serve_as_app_role(admin_url: str, schema: str | None = None) -> str:
     passes every policy by)."""
     engine = make_engine(admin_url, schema, pool_size=1)
     try:
-        async with engine.connect() as connection, _migration_lock(connection):
-            await _create_vector(connection)
+        async with engine.connect() as connection, migration_lock(connection):
+            await create_vector(connection)
             quoted = connection.dialect.identifier_preparer.quote(schema or "public")
             await connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted}"))
             await connection.execute(text(_handover_sql(quoted.replace("'", "''"))))
@@ -345,14 +216,17 @@ async def open_database(
     embedding_dim: int,
     schema: str | None = None,
     keep_warm: bool = False,
+    rewrite_tables: bool = False,
+    progress: Progress | None = None,
 ) -> AsyncIterator[tuple[async_sessionmaker[AsyncSession], int]]:
-    """Sessions on a migrated database, and the embedding dimension it holds."""
+    """Sessions on a migrated database, and the embedding dimension it holds; `migrate`
+    says what `rewrite_tables` and `progress` are (`companion migrate` sets both)."""
     async with database_server(database_url, data_dir, keep_warm) as url:
         if not database_url:
             url = await serve_as_app_role(url, schema)
         engine = make_engine(url, schema)
         try:
-            held = await migrate(engine, embedding_dim)
+            held = await migrate(engine, embedding_dim, rewrite_tables, progress)
             yield async_sessionmaker(engine, expire_on_commit=False), held
         finally:
             await stop_within("the database pool", engine.dispose())

@@ -143,7 +143,7 @@ def configure_logging(level: int | str, json: bool) -> logging.Handler:
 
 # --- metrics ---------------------------------------------------------------------------------
 
-SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
+SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120)
 # (help, label names) of every metric the engine reports; exported with the `companion_` prefix
 COUNTERS: dict[Counter, tuple[str, tuple[str, ...]]] = {
     Counter.EVENTS: ("Events handled, by kind and outcome", ("kind", "status")),
@@ -170,6 +170,10 @@ COUNTERS: dict[Counter, tuple[str, tuple[str, ...]]] = {
 TIMERS: dict[Timer, tuple[str, tuple[str, ...]]] = {
     Timer.MODEL: ("Duration of one chat-model call", ()),
     Timer.TURN: ("Duration of handling one event", ()),
+    Timer.ACK: (
+        "From a Slack request's arrival to its acknowledgement (Slack retries after 3 s)",
+        (),
+    ),
 }
 QUEUE_TIMEOUT = 2.0
 

@@ -2,7 +2,8 @@
 
 companion openers list [--due]      what is scheduled, when (UTC and local) and why
 companion tick [--now ISO-8601]     one scheduler pass; with --now only what it would do
-                                    (a dry run), unless --apply
+                                    (a dry run), unless --apply; openers go out over the
+                                    platforms' REST APIs (`rest_platforms`)
 companion tenant erase T [--yes]    every member's memory in one community, at once
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from bot.app import App
-from bot.delivery import rest_router
+from bot.delivery import Router
 from core.errors import ConfigError
+from core.events import Purpose
 from core.runtime.tick import TickReport, preview, tick
 
 
@@ -48,9 +52,51 @@ async def list_openers(app: App, due_only: bool, now: datetime) -> list[str]:
     return [OPENERS_HEADER, *lines] if lines else []
 
 
+@asynccontextmanager
+async def rest_platforms(app: App) -> AsyncIterator[Router]:
+    """The configured platforms over their REST APIs only (no gateway, no socket), added to
+    the engine's router while the block runs: for `companion tick`."""
+    settings, router = app.settings, app.platforms
+    async with AsyncExitStack() as stack:
+        if settings.discord_token:
+            import discord
+
+            from adapters.discord import use_discord_hosts
+            from adapters.discord.posting import DiscordOutlets
+            from adapters.discord.tenants import PLATFORM as DISCORD
+
+            use_discord_hosts(settings.discord_api_url)
+            client = discord.Client(intents=discord.Intents(guilds=True))  # REST only: no gateway
+            await client.login(settings.discord_token)
+            stack.push_async_callback(client.close)
+            router.add(DISCORD, DiscordOutlets(client))
+            stack.callback(router.remove, DISCORD)
+        if settings.slack:
+            from slack_sdk.web.async_client import AsyncWebClient
+
+            from adapters.slack.events import PLATFORM as SLACK
+            from adapters.slack.events import one_workspace
+            from adapters.slack.posting import Clients, SlackOutlets
+
+            clients: Clients
+            if settings.slack_oauth:
+                from bot.distribution import slack_distribution
+
+                clients = slack_distribution(app).workspaces.client
+            else:
+                web = AsyncWebClient(
+                    token=settings.slack_bot_token,
+                    base_url=settings.slack_api_url or AsyncWebClient.BASE_URL,
+                )
+                clients = one_workspace(web)
+            router.add(SLACK, SlackOutlets(clients))
+            stack.callback(router.remove, SLACK)
+        yield router
+
+
 async def run_tick(app: App, now: datetime) -> str:
-    async with rest_router(app) as router:
-        report = await tick(app.engine, now, router)
+    async with rest_platforms(app):
+        report = await tick(app.engine, now)
     return tick_summary(report, now)
 
 
@@ -61,31 +107,32 @@ async def preview_tick(app: App, now: datetime) -> str:
     kinds = [c.purpose for c in found.claimed]
     line = (
         f"{now:%Y-%m-%d %H:%M}Z (dry run, nothing changed; --apply runs it): "
-        f"{kinds.count('opener')} openers due"
+        f"{kinds.count(Purpose.OPENER)} openers due"
     )
     if found.respread:
-        first, last = min(found.respread), max(found.respread)
-        line += (
-            f", {len(found.respread)} long-overdue openers would be re-spread between "
-            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z"
-        )
-    return "\n".join([*lines, line + f", {kinds.count('upkeep')} upkeep runs due"])
+        line += respread_clause(found.respread, "would be re-spread", "")
+    return "\n".join([*lines, line + f", {kinds.count(Purpose.UPKEEP)} upkeep runs due"])
 
 
 def tick_summary(report: TickReport, now: datetime) -> str:
     """One line: what the pass did, including the openers it moved instead of sending."""
     kinds = [c.purpose for c in report.claimed]
     line = (
-        f"{now:%Y-%m-%d %H:%M}Z: {kinds.count('opener')} openers ({report.sent} sent, "
+        f"{now:%Y-%m-%d %H:%M}Z: {kinds.count(Purpose.OPENER)} openers ({report.sent} sent, "
         f"{report.silent} silent, {report.undelivered} waiting for the member)"
     )
     if report.respread:
-        first, last = min(report.respread), max(report.respread)
-        line += (
-            f", {len(report.respread)} long-overdue openers re-spread between "
-            f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z instead of sent at once"
-        )
-    return line + f", {kinds.count('upkeep')} upkeep runs"
+        line += respread_clause(report.respread, "re-spread", " instead of sent at once")
+    return line + f", {kinds.count(Purpose.UPKEEP)} upkeep runs"
+
+
+def respread_clause(times: Sequence[datetime], done: str, tail: str) -> str:
+    """The part of a tick's line that says which long-overdue openers were spread out."""
+    first, last = min(times), max(times)
+    return (
+        f", {len(times)} long-overdue openers {done} between "
+        f"{first:%Y-%m-%d %H:%M}Z and {last:%Y-%m-%d %H:%M}Z{tail}"
+    )
 
 
 async def erase_tenant(app: App, tenant: str, yes: bool, actor: str) -> int:

@@ -25,7 +25,6 @@ import aiohttp
 
 from adapters.common import Services
 from bot.app import App
-from bot.delivery import Router
 from bot.distribution import slack_distribution
 from bot.health import Health
 from bot.rights import PlatformRights
@@ -133,7 +132,6 @@ async def _slack_identity(client: Any, where: str) -> str:
 async def slack_running(
     app: App,
     services: Services,
-    router: Router,
     health: Health,
     serve_http: Callable[[Any], Any],
     connections: aiohttp.ClientSession | None = None,
@@ -143,7 +141,8 @@ async def slack_running(
     calls go over `connections` (kept alive; the caller closes them after the last reply)."""
     from adapters.slack import build_slack_app
     from adapters.slack.commands import admin_rights
-    from adapters.slack.events import dm_sender, finish_held, one_workspace, reply_sender
+    from adapters.slack.events import PLATFORM, finish_held, one_workspace
+    from adapters.slack.posting import SlackOutlets
 
     settings = app.settings
     oauth = slack_distribution(app) if settings.slack_oauth else None
@@ -156,9 +155,9 @@ async def slack_running(
         oauth,
     )
     clients = oauth.workspaces.client if oauth else one_workspace(slack.client)
-    router.add("slack", dm_sender(clients), reply_sender(clients))
+    app.platforms.add(PLATFORM, SlackOutlets(clients))  # openers and retried replies
     if rights is not None:  # the inspector asks Slack whether an admin still is one
-        rights.add("slack", admin_rights(services, clients))
+        rights.add(PLATFORM, admin_rights(services, clients))
 
     def report(state: str, detail: str) -> None:
         health.report("Slack", state, detail)
@@ -281,7 +280,6 @@ def shards_refused(code: int, shards: DiscordShards | None, count: int | None) -
 async def discord_running(
     app: App,
     services: Services,
-    router: Router,
     health: Health,
     rights: PlatformRights | None = None,
 ) -> AsyncIterator[None]:
@@ -289,8 +287,8 @@ async def discord_running(
 
     from adapters.discord import build_discord_client
     from adapters.discord.commands import admin_rights
-    from adapters.discord.deliver import dm_sender as discord_dm
-    from adapters.discord.deliver import reply_sender as discord_reply
+    from adapters.discord.posting import DiscordOutlets
+    from adapters.discord.tenants import PLATFORM
 
     settings = app.settings
     token = settings.discord_token
@@ -316,9 +314,9 @@ async def discord_running(
         shard_count=shards.count if shards else None,
         on_shard_status=report_shard,
     )
-    router.add("discord", discord_dm(client), discord_reply(client))
+    app.platforms.add(PLATFORM, DiscordOutlets(client))  # openers and retried replies
     if rights is not None:  # the inspector asks Discord whether an admin still is one
-        rights.add("discord", admin_rights(client, services.admin_ids))
+        rights.add(PLATFORM, admin_rights(client, services.admin_ids))
     where = f"Discord at {discord.http.Route.BASE}"
     transient = (*UNREACHABLE, discord.HTTPException, discord.GatewayNotFound)
 

@@ -4,12 +4,14 @@
 adds its check (`add("slack", ...)`, `add("discord", ...)`, from the adapters), and
 `Access.viewer` asks it, at most once a minute per admin, whether an admin's inspector
 session still has an admin behind it. A tenant of a platform this process does not serve
-(`companion web` alone, the terminal's `local`) gets None: nobody here can tell.
+(`companion web` alone, the terminal's) gets None: nobody here can tell.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+
+from core.tenant_key import TenantKey
 
 Check = Callable[[str, str], Awaitable[bool | None]]  # (tenant, user) -> admin now?
 
@@ -22,5 +24,5 @@ class PlatformRights:
         self.checks[platform] = check
 
     async def is_admin(self, tenant: str, user: str) -> bool | None:
-        check = self.checks.get(tenant.split(":", 1)[0])
+        check = self.checks.get(TenantKey.parse(tenant).platform)
         return None if check is None else await check(tenant, user)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
@@ -39,11 +40,12 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
 from bot.app import App
-from bot.delivery import Router
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
 from bot.rights import PlatformRights
 from bot.web.serve import http_routes, serving_ops
+from core.ports import Metrics, Timer
+from core.runtime.activity import Activity
 from core.runtime.tick import tick
 
 log = logging.getLogger(__name__)
@@ -57,9 +59,11 @@ REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; th
 
 
 @asynccontextmanager
-async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOScheduler]:
+async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
+    """The scheduler's jobs; what they send goes through the engine's `Platforms`."""
+
     async def scheduler_pass() -> None:
-        report = await tick(app.engine, app.engine.clock(), router)
+        report = await tick(app.engine, app.engine.clock())
         if report.claimed:
             log.info(
                 "tick: %d claimed, %d sent, %d silent",
@@ -79,7 +83,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
     )
 
     async def redelivery() -> None:
-        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER, router)
+        done, failing = await app.engine.outbox.redeliver(REDELIVER_AFTER)
         if done or failing:
             log.info("redelivered replies of %d events, %d still failing", done, failing)
 
@@ -104,7 +108,7 @@ async def scheduler_running(app: App, router: Router) -> AsyncIterator[AsyncIOSc
 
     async def backlog() -> None:
         if await app.engine.resume(at_once=RESUME_AT_ONCE):
-            await app.engine.outbox.redeliver(timedelta(0), router)
+            await app.engine.outbox.redeliver(timedelta(0))
 
     scheduler.add_job(
         backlog,
@@ -138,24 +142,21 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         access=app.access,
         community=app.community,
     )
-    router = Router()
     rights = PlatformRights()
     app.access.rights = rights  # admin sessions: re-checked with the platforms served here
-    app.engine.outbox.platforms = router  # answers go out in the order members wrote
     health = Health(app.sessions, app.metrics, app.engine.mind.health)
     host, port = settings.http_host, settings.http_port
 
     def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes
         routes = http_routes(bolt.web_app(path="/slack/events"), app, health)
+        routes.middlewares.append(acknowledged_first(app.engine.activity, app.metrics))
         return serving(routes, host, port, grace=STORE_GRACE_SECONDS)
 
     slack_http = settings.slack_over_http
     async with AsyncExitStack() as outlets:
         # Discord's client is how its replies go out: it closes last, after the turns.
         if settings.discord_token:
-            await outlets.enter_async_context(
-                discord_running(app, services, router, health, rights)
-            )
+            await outlets.enter_async_context(discord_running(app, services, health, rights))
         # Slack's replies go out over these kept-alive connections: closed after the turns too.
         connections = None
         if settings.slack_bot_token:
@@ -167,10 +168,10 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
             await inlets.enter_async_context(serving_ops(app, health))
             if settings.slack:
                 await inlets.enter_async_context(
-                    slack_running(app, services, router, health, serve_slack, connections, rights)
+                    slack_running(app, services, health, serve_slack, connections, rights)
                 )
-            app.engine.activity.start(recover(app, router), "recovery after start")
-            await inlets.enter_async_context(scheduler_running(app, router))
+            app.engine.activity.start(recover(app), "recovery after start")
+            await inlets.enter_async_context(scheduler_running(app))
             health.started = True
             log.info("serving on %s:%s (health, inspector)", host, port)
             await stop.wait()
@@ -180,6 +181,25 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
         await finish_in_flight(app, deadline)
     log.info("stopped")
     return 0
+
+
+def acknowledged_first(activity: Activity, metrics: Metrics) -> Any:
+    """Slack's requests count as received from the moment they arrive, before Bolt reads
+    them: turns and deliveries give way to them until they are acknowledged. The time to
+    each answer is `companion_acknowledgement_seconds` (Slack retries after 3 s)."""
+
+    @web.middleware
+    async def receiving(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "POST" or not request.path.startswith("/slack/"):
+            return await handler(request)
+        started = time.perf_counter()
+        try:
+            async with activity.receiving():
+                return await handler(request)
+        finally:
+            metrics.observe(Timer.ACK, time.perf_counter() - started)
+
+    return receiving
 
 
 async def finish_in_flight(app: App, deadline: float) -> None:
@@ -194,11 +214,11 @@ async def finish_in_flight(app: App, deadline: float) -> None:
         await app.engine.activity.cancel()
 
 
-async def recover(app: App, router: Router) -> None:
+async def recover(app: App) -> None:
     """What an earlier process left: its pending events (RESUME_AT_ONCE agents at a time,
     beside the new events), then every reply not yet sent."""
     resumed = await app.engine.resume(at_once=RESUME_AT_ONCE)
-    done, failing = await app.engine.outbox.redeliver(timedelta(0), router)
+    done, failing = await app.engine.outbox.redeliver(timedelta(0))
     if resumed or done or failing:
         log.info(
             "after start: resumed %d agents; delivered %d events, %d failing",

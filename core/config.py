@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import time, timedelta
 from typing import Any
 
 from core.prices import Price
-from core.schedule.policy import ScheduleConfig
 
 DEFAULT_PERSONA = (
     "I am Companion, a warm, curious and candid friend who lives in this community's chat. "
@@ -51,6 +50,33 @@ def window_for(model: str) -> int | None:
             return KNOWN_WINDOWS[candidate]
     best = max((k for k in KNOWN_WINDOWS if name.startswith(k)), key=len, default=None)
     return KNOWN_WINDOWS[best] if best else None
+
+
+@dataclass(frozen=True)
+class OpenerPolicy:
+    """When openers may come (core.schedule.policy decides with it): the deployment's
+    defaults, each member's from their own and their community's choices."""
+
+    enabled: bool = True
+    inactivity: timedelta = timedelta(days=3)
+    jitter: timedelta = timedelta(hours=6)
+    min_gap: timedelta = timedelta(days=1)
+    max_unanswered: int = 1
+    quiet_start: time = time(22, 0)
+    quiet_end: time = time(9, 0)
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """Deployment defaults for scheduled interrupts; tenants and members override some."""
+
+    openers: OpenerPolicy = OpenerPolicy()
+    upkeep: bool = False
+    upkeep_idle: timedelta = timedelta(hours=2)
+    upkeep_steps: int = 4
+    batch: int = 20  # the most interrupts one process claims in one tick
+    catch_up_spread: timedelta = timedelta(hours=3)
 
 
 @dataclass(frozen=True)

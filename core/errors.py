@@ -2,6 +2,7 @@
 
     CompanionError
     ├── ConfigError            a setting is missing or wrong (for the operator, one line)
+    │   └── MigrationNeeded    the database waits for a revision only `companion migrate` runs
     ├── ModelError             the model endpoint failed for good (after retries)
     │   ├── ModelOutputError   it answered, but with something unusable
     │   │   └── MalformedOutput   the server could not read the model's output as a call
@@ -42,6 +43,18 @@ class CompanionError(Exception):
 
 class ConfigError(CompanionError):
     """A deployment setting is missing or invalid."""
+
+
+class MigrationNeeded(ConfigError):
+    """The database needs a revision that rewrites tables: `companion migrate` applies it,
+    once, before the processes start (a start never rewrites a table by itself)."""
+
+    def __init__(self, current: str, revision: str, title: str) -> None:
+        self.current, self.revision = current, revision
+        super().__init__(
+            f"the database (at revision {current}) needs revision {revision} ({title}), "
+            "which rewrites tables: run `companion migrate` once, then start again"
+        )
 
 
 class ModelError(CompanionError):
@@ -130,7 +143,8 @@ class ClaimLost(CompanionError):
 
 
 class NoPlatform(CompanionError):
-    """No platform serves this tenant here (e.g. the terminal's `local`): messages wait."""
+    """No platform served here reaches this tenant (its key names none, or another
+    process serves it): messages to it wait in the outbox."""
 
     def __init__(self, tenant: str) -> None:
         super().__init__(f"no platform configured for tenant {tenant!r}")

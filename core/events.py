@@ -23,6 +23,19 @@ class EventKind(StrEnum):
     SCHEDULED = "scheduled"
 
 
+class Purpose(StrEnum):
+    """What a scheduled event is for (its meta's `purpose`)."""
+
+    OPENER = "opener"  # open a conversation with the member
+    UPKEEP = "upkeep"  # tidy memory while the member is idle; it says nothing
+
+
+def purpose_of(payload: dict[str, Any]) -> Purpose | None:
+    """The purpose of a stored event (None for an event the bot did not start)."""
+    purpose = (payload.get("meta") or {}).get("purpose")
+    return next((known for known in Purpose if known == purpose), None)
+
+
 class EventStatus(StrEnum):
     PENDING = "pending"  # stored, not handled yet (or its turn was cut off by a crash)
     WAITING = "waiting"  # stored, held until released: the files shared with it come first

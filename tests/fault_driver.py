@@ -25,12 +25,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bot.app import open_app
+from bot.app import App, open_app
 from bot.settings import Settings
 from core.events import EventKind, InboundEvent
-from core.runtime.engine import Engine, Send
+from core.ports import Posting, Send
+from core.runtime.engine import Engine
+from core.tenant_key import TenantKey
 
-TENANT = "slack:TFAULT"  # not "local": the redelivery sweep only serves platform tenants
+TENANT = "slack:TFAULT"  # a platform's: the redelivery sweep serves only those it reaches
 USER = "U1"
 
 
@@ -57,7 +59,7 @@ def append_line(path: Path, text: str) -> None:
 def member_sees() -> Send:
     seen = Path(os.environ["FAULT_SEEN"])
 
-    async def send(text: str) -> None:
+    async def send(text: str, posting: Posting | None = None) -> None:
         await asyncio.to_thread(append_line, seen, text)
         await pause("sent")
 
@@ -72,23 +74,42 @@ async def talk(engine: Engine, text: str) -> None:
     await engine.outbox.deliver(scope, event_id, member_sees())
 
 
-class Everywhere:
-    """A `Platforms` that sends every retried reply to the one member of these runs."""
+class Place:
+    """The one place of these runs' platform (an `adapters.posting.Outlet`): `send` posts."""
 
-    def __init__(self, send: Any) -> None:
+    limit = 100_000
+
+    def __init__(self, send: Send) -> None:
         self.send = send
 
-    def reply_route(self, tenant: str, user: str, meta: dict[str, Any]) -> Any:
-        return self.send
+    def markup(self, text: str) -> str:
+        return text
 
-    def direct(self, tenant: str, user: str) -> Any:
-        return self.send
+    async def post(self, part: str, tag: Any) -> None:
+        await self.send(part)
+
+    async def posted(self, after: Any) -> list[Any]:
+        return []  # it cannot be read back: a retry posts again
 
 
-async def restart(engine: Engine) -> None:
-    send = member_sees()
+class Everywhere:
+    """The platform's `Outlets`: every route leads to the one member of these runs."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+
+    async def direct(self, tenant: str, user: str) -> Place:
+        return Place(self.send)
+
+    async def written(self, tenant: str, meta: dict[str, Any]) -> Place:
+        return Place(self.send)
+
+
+async def restart(app: App) -> None:
+    engine = app.engine
+    app.platforms.add(TenantKey.parse(TENANT).platform, Everywhere(member_sees()))
     resumed = await engine.resume()
-    delivered, failing = await engine.outbox.redeliver(timedelta(0), Everywhere(send))
+    delivered, failing = await engine.outbox.redeliver(timedelta(0))
     print(f"resumed {resumed} agent(s); delivered {delivered} event(s), {failing} failing")
 
 
@@ -97,7 +118,7 @@ async def main(argv: list[str]) -> None:
         if argv[0] == "talk":
             await talk(app.engine, argv[1])
         elif argv[0] == "restart":
-            await restart(app.engine)
+            await restart(app)
         else:
             raise SystemExit(__doc__)
 

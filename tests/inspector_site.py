@@ -17,9 +17,9 @@ from aiohttp import web
 from bot.web import Inspector, add_inspector
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
-from core.members.access import Access
 from core.members.community import Community
 from core.members.service import Members
+from core.tenants.access import Access
 
 TENANT = "discord:1"
 

@@ -11,10 +11,10 @@ from sqlalchemy.exc import DBAPIError
 from bot.database import make_engine
 from core.config import EngineConfig
 from core.errors import LinkRefused
-from core.members.access import SIGN_IN_PATH, Access
 from core.members.service import Members
-from core.members.tenancy import Tenancy
 from core.models import Meta, SigningSecret, SpentLink, WebSession
+from core.tenants.access import SIGN_IN_PATH, Access
+from core.tenants.tenancy import Tenancy
 
 
 @pytest.fixture

@@ -170,3 +170,55 @@ async def test_turns_waiting_on_the_model_hold_no_connection(pg_url, schema, fak
         ["re: carl 0"],
         *[[f"re: ann {i}"] for i in range(1, 6)],
     ]
+
+
+async def test_turns_wait_while_a_platform_waits_for_an_acknowledgement(engine, fake):
+    """Many members at once: storing what Slack sent (its 3 s acknowledgement) comes before
+    the turns of earlier messages, which give way at their next step until it is stored."""
+    scope = await engine.agent("t", "early")
+    receiving = engine.activity.receiving()
+    await receiving.__aenter__()  # a request is being stored and acknowledged
+    try:
+        turn = asyncio.create_task(
+            engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello"))
+        )
+        await _giving_way(engine, 1)
+        assert not fake.chat_requests, "a turn ran while a request waited for its ack"
+        assert not turn.done()
+    finally:
+        await receiving.__aexit__(None, None, None)
+    exchange = await asyncio.wait_for(turn, 30)
+    assert exchange.replies and len(fake.chat_requests) == 1
+
+
+async def test_requests_that_never_stop_slow_turns_down_but_never_stop_them(engine, fake):
+    scope = await engine.agent("t", "patient")
+    engine.activity.quiet_limit = 0.05
+    async with engine.activity.receiving():  # requests keep coming for the whole turn
+        exchange = await asyncio.wait_for(
+            engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello")), 30
+        )
+    assert exchange.replies
+
+
+async def test_background_work_waits_for_the_acknowledgement_then_runs(engine):
+    ran = asyncio.Event()
+
+    async def after_ack() -> None:
+        ran.set()
+
+    async with engine.activity.receiving():
+        engine.activity.start(after_ack(), "after the acknowledgement")
+        await _giving_way(engine, 1)
+        assert not ran.is_set()
+    await asyncio.wait_for(ran.wait(), 5)
+    await engine.wait_idle()
+
+
+async def _giving_way(engine, tasks: int) -> None:
+    """Until that many tasks wait for the requests being received (or fail after 20 s)."""
+    for _ in range(2000):
+        if engine.activity.giving_way == tasks:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{engine.activity.giving_way} tasks gave way, not {tasks}")

@@ -29,7 +29,7 @@ class Channel:
         self.posted: list[str] = []
         self.fail = fail
 
-    async def __call__(self, reply: str) -> None:
+    async def __call__(self, reply: str, posting: object = None) -> None:
         if self.fail:
             raise ConnectionError("platform down")
         self.posted.append(reply)

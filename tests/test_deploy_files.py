@@ -231,3 +231,24 @@ async def test_the_healthchecks_pass_while_it_serves_and_fail_when_it_does_not()
         assert await check(command) != 0, "nothing listens yet"
         async with serving(app, "127.0.0.1", port):
             assert await check(command) == 0
+
+
+def test_every_deployment_migrates_before_the_bot_starts():
+    """`companion migrate` runs to its end before `run` (which refuses a revision that
+    rewrites tables): compose's bot waits for the migrate service, each pod for its init
+    container, with the same image and settings."""
+    compose = yaml.safe_load((ROOT / "deploy" / "compose.yaml").read_text())["services"]
+    assert compose["migrate"]["command"] == ["migrate"]
+    assert compose["migrate"]["image"] == compose["bot"]["image"]
+    assert (
+        compose["migrate"]["environment"]["DATABASE_URL"]
+        == (compose["bot"]["environment"]["DATABASE_URL"])
+    )
+    assert compose["bot"]["depends_on"]["migrate"] == {
+        "condition": "service_completed_successfully"
+    }
+    for name, kind in (("deployment.yaml", "Deployment"), ("discord-shards.yaml", "StatefulSet")):
+        pod = one(name, kind)["spec"]["template"]["spec"]
+        (init,) = pod["initContainers"]
+        assert init["args"] == ["migrate"] and init["image"] == container(one(name, kind))["image"]
+        assert init["envFrom"] == container(one(name, kind))["envFrom"]

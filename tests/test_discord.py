@@ -18,12 +18,12 @@ from sqlalchemy import select
 
 from adapters.common import FORGET_ASK, FORGET_DONE, NOT_ADMIN, WELCOME_EVENT, Services
 from adapters.discord.commands import LAPSED, Confirm
-from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.members.community import Community
-from core.members.documents import MAX_UPLOAD_BYTES
+from core.memory.documents import MAX_UPLOAD_BYTES
 from core.models import Event, Passage
 from core.runtime.budgets import BUDGET_REPLY, RATE_REPLY
+from core.tenants.access import Access
 from tests.fake_discord import (
     EPHEMERAL,
     MANAGE_GUILD,

@@ -15,8 +15,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from adapters.discord.deliver import dm_sender, reply_sender
-from bot.delivery import Router
+from adapters.discord.posting import DiscordOutlets
 from core.models import Reply
 from tests.fake_openai import is_summary_request, say, summary_of
 from tests.test_discord import (  # noqa: F401 (bot: the fixture)
@@ -28,10 +27,9 @@ from tests.test_discord import (  # noqa: F401 (bot: the fixture)
 
 
 @pytest.fixture
-def router(bot):  # noqa: F811
-    router = Router()
-    router.add("discord", dm_sender(bot.client), reply_sender(bot.client))
-    return router
+def router(bot, platforms):  # noqa: F811
+    platforms.add("discord", DiscordOutlets(bot.client))
+    return platforms
 
 
 async def killed_after_posting(sessions) -> None:
@@ -56,9 +54,9 @@ async def test_a_reply_posted_before_a_kill_is_not_posted_again(
     await killed_after_posting(sessions)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert seen(bot, GENERAL) == ["You said: the blue door is mine"]
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (0, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (0, 0)
 
 
 async def test_only_the_parts_a_kill_cut_off_are_posted(
@@ -78,7 +76,7 @@ async def test_only_the_parts_a_kill_cut_off_are_posted(
     await killed_after_posting(sessions)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert seen(bot, GENERAL) == whole
 
 
@@ -94,7 +92,7 @@ async def test_a_dm_reply_posted_before_a_kill_is_not_posted_again(
     await killed_after_posting(sessions)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert seen(bot, DM) == ["You said: my bike is red"]
 
 
@@ -112,7 +110,7 @@ async def test_without_read_message_history_a_reply_goes_out_again_rather_than_n
     bot.api.posted[GENERAL][0]["nonce"] = "expired"  # Discord forgets nonces after minutes
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert seen(bot, GENERAL) == ["You said: hello there"] * 2
     assert "cannot read channel back" in caplog.text
 
@@ -129,7 +127,7 @@ async def test_a_retry_within_minutes_is_stopped_by_the_nonce_even_without_histo
     bot.api.history_refused.add(GENERAL)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert seen(bot, GENERAL) == ["You said: just once"]
 
 

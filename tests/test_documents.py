@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from core.errors import UploadRejected
 from core.events import EventKind, InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES, chunk_text, extract_text
+from core.memory.documents import MAX_UPLOAD_BYTES, chunk_text, extract_text
 from core.memory.search import archival_search
 from core.memory.tokens import TokenCounter
 from core.models import Passage

@@ -19,7 +19,7 @@ from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.errors import ConfigError
 from core.local_embedder import LocalEmbedder
-from core.members.reembed import change_dimension, reembed
+from core.memory.reembed import change_dimension, reembed
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
 from tests.conftest import cli_env, run_cli

@@ -36,12 +36,14 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import make_engine, migrate
+from bot.delivery import Router
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind, cut_reply
 from core.models import Block, Event, Message, Reply
+from core.ports import Posting
 from core.runtime.engine import Engine
 from tests.conftest import COMPANION, ROOT, cli_env
 from tests.fake_openai import (
@@ -392,14 +394,18 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
     await migrate(db, 16)
     sessions = async_sessionmaker(db, expire_on_commit=False)
     client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
-    engine = Engine(sessions, Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig()))
     seen: dict[str, list[str]] = {"alice": [], "bob": []}
 
     def send_to(who: str):
-        async def send(text: str) -> None:
+        async def send(text: str, posting: Posting | None = None) -> None:
             seen[who].append(text)
 
         return send
+
+    platforms = Router()
+    platforms.add("slack", Everywhere(send_to("alice")))  # what the restart retries
+    mind = Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig())
+    engine = Engine(sessions, mind, platforms=platforms)
 
     def message(text: str) -> InboundEvent:
         return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key=f"m:{text}")
@@ -441,7 +447,7 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
         # Back up: the platform's retry is answered (dead pooled connections are replaced).
         await engine.converse(bob, message("while it was down"), send_to("bob"))
         assert await engine.resume() == 0  # nothing was left behind
-        assert await engine.outbox.redeliver(timedelta(0), Everywhere(send_to("alice"))) == (0, 0)
+        assert await engine.outbox.redeliver(timedelta(0)) == (0, 0)
         await engine.converse(alice, message("after the restart"), send_to("alice"))
 
         assert seen == {

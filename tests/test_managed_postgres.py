@@ -26,7 +26,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import (
-    MIGRATIONS,
     buffer_cache_mb,
     embedded_postgres,
     make_engine,
@@ -35,6 +34,7 @@ from bot.database import (
     serve_as_app_role,
 )
 from bot.doctor import run_doctor
+from bot.migrations import MIGRATIONS
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.errors import ConfigError

@@ -17,10 +17,10 @@ from core.directory import ensure_agent, find_agent
 from core.events import EventKind, InboundEvent
 from core.members.browse import remove_passage
 from core.members.portability import parse_export
-from core.members.tenancy import Tenancy
 from core.memory import keywords
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
+from core.tenants.tenancy import Tenancy
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 

@@ -13,14 +13,15 @@ from alembic.config import Config
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from bot.database import MIGRATIONS, make_engine, migrate, serve_as_app_role
+from bot.database import make_engine, migrate, serve_as_app_role
+from bot.migrations import MIGRATIONS
 from core.config import EngineConfig
 from core.directory import ensure_agent, find_agent
 from core.members.portability import parse_export
-from core.members.tenancy import Tenancy
 from core.memory.embeddings import embed_missing
 from core.memory.search import recall_search
 from core.memory.store import AgentStore
+from core.tenants.tenancy import Tenancy
 from tests.fake_openai import embed_text
 from tests.test_hybrid_recall import BagOfWords
 

@@ -530,3 +530,43 @@ async def test_a_failed_statement_never_carries_its_parameters_into_the_log(
     records = lines(captured)
     assert len(records) == 2 and all("invalid input" in r["exc"] for r in records)
     assert "zucchini" not in captured.getvalue()
+
+
+async def test_a_slack_request_counts_as_received_from_its_arrival_and_its_answer_is_timed():
+    """Slack's requests come first from the moment they arrive (bot.run.acknowledged_first):
+    work after earlier acknowledgements waits until this one is answered, and the time to
+    the answer goes to companion_acknowledgement_seconds."""
+    from bot.run import acknowledged_first
+    from core.runtime.activity import Activity
+
+    activity, metrics = Activity(), PrometheusMetrics()
+    ran, arrived, answer = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def after_ack() -> None:
+        ran.set()
+
+    async def slack(request: aiohttp.web.Request) -> aiohttp.web.Response:
+        arrived.set()
+        await answer.wait()
+        return aiohttp.web.Response(text="")
+
+    app = aiohttp.web.Application(middlewares=[acknowledged_first(activity, metrics)])
+    app.router.add_post("/slack/events", slack)
+    async with TestClient(TestServer(app)) as client:
+        posted = asyncio.create_task(client.post("/slack/events", data="{}"))
+        await asyncio.wait_for(arrived.wait(), 10)
+        activity.start(after_ack(), "an earlier message's turn")
+        for _ in range(100):  # until it is waiting for the request to be answered
+            if activity.giving_way:
+                break
+            await asyncio.sleep(0.01)
+        assert activity.giving_way == 1 and not ran.is_set()
+        answer.set()
+        assert (await posted).status == 200
+        await asyncio.wait_for(ran.wait(), 10)
+    found = {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families((await metrics.exposition()).decode())
+        for sample in family.samples
+    }
+    assert value(found, "companion_acknowledgement_seconds_count") == 1

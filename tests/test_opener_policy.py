@@ -4,9 +4,9 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
+from core.config import OpenerPolicy
 from core.schedule.policy import (
     OpenerHistory,
-    OpenerPolicy,
     after_quiet_hours,
     catch_up,
     in_quiet_hours,

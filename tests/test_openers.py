@@ -3,14 +3,16 @@
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select, update
 
-from core.config import EngineConfig
+from core.config import EngineConfig, ScheduleConfig
+from core.errors import NoPlatform
 from core.events import EventKind, InboundEvent
 from core.members.service import Members
 from core.models import Agent
 from core.runtime.tick import tick
-from core.schedule.policy import ScheduleConfig
+from core.tenant_key import TenantKey
 from tests.fake_openai import (
     calls,
     completion,
@@ -47,19 +49,36 @@ def brain(body):
 
 
 class Platform:
-    """The member's platform as the scheduler sees it: records every direct message."""
+    """The members' platform (Discord) as the scheduler sees it: records every direct
+    message; a tenant of no platform (the terminal's) it cannot reach."""
 
     def __init__(self):
         self.sent = []
 
+    def served(self):
+        return frozenset({"discord"})
+
     def direct(self, tenant, user):
-        async def send(text):
+        if TenantKey.parse(tenant).platform != "discord":
+            raise NoPlatform(tenant)
+
+        async def send(text, posting=None):
             self.sent.append((tenant, user, text))
 
         return send
 
     def reply_route(self, tenant, user, meta):
         return self.direct(tenant, user)
+
+
+@pytest.fixture
+def platform():
+    return Platform()
+
+
+@pytest.fixture
+def engine(make_engine_for, platform):
+    return make_engine_for(platforms=platform)
 
 
 async def chat(engine, user, text, tenant="discord:1"):
@@ -73,16 +92,15 @@ async def next_opener_at(sessions, scope):
         return await session.scalar(select(Agent.next_opener_at).where(Agent.id == scope.agent_id))
 
 
-async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sessions):
+async def test_a_quiet_member_gets_one_grounded_opener(engine, platform, fake, clock, sessions):
     fake.brain = brain
     clock.now = T0
     scope = await chat(engine, "ana", "remember that I am flying to Lisbon on Friday")
     due = await next_opener_at(sessions, scope)
     assert T0 + timedelta(days=3) <= due <= T0 + timedelta(days=3, hours=6)
-    platform = Platform()
-    assert (await tick(engine, T0 + timedelta(days=1), platform)).claimed == []
+    assert (await tick(engine, T0 + timedelta(days=1))).claimed == []
     clock.now = due + timedelta(minutes=1)
-    report = await tick(engine, clock.now, platform)
+    report = await tick(engine, clock.now)
     assert [c.purpose for c in report.claimed] == ["opener"] and report.sent == 1
     assert platform.sent == [("discord:1", "ana", "How was the trip to Lisbon?")]
     request = fake.chat_requests[-1]
@@ -91,18 +109,17 @@ async def test_a_quiet_member_gets_one_grounded_opener(engine, fake, clock, sess
     assert "Thursday 05 March" in interrupt and "3 days ago" in interrupt
     # The unanswered cap (1): nothing more until ana writes again.
     clock.now += timedelta(days=10)
-    assert (await tick(engine, clock.now, platform)).claimed == []
+    assert (await tick(engine, clock.now)).claimed == []
     await chat(engine, "ana", "back home now!")
     assert await next_opener_at(sessions, scope) > clock.now
 
 
-async def test_an_agent_with_nothing_to_say_stays_silent(engine, fake, clock, sessions):
+async def test_an_agent_with_nothing_to_say_stays_silent(engine, platform, fake, clock, sessions):
     fake.brain = brain
     clock.now = T0
     scope = await chat(engine, "bo", "hi")
     clock.now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    platform = Platform()
-    report = await tick(engine, clock.now, platform)
+    report = await tick(engine, clock.now)
     assert report.silent == 1 and platform.sent == []
     async with sessions() as session:
         agent = await session.get(Agent, scope.agent_id)
@@ -118,7 +135,7 @@ async def test_opt_out_takes_effect_at_once(engine, fake, clock, sessions):
     await members.settings("discord:1", "cy", openers=False)
     assert await next_opener_at(sessions, scope) is None
     before = len(fake.requests)
-    assert (await tick(engine, due + timedelta(hours=1), Platform())).claimed == []
+    assert (await tick(engine, due + timedelta(hours=1))).claimed == []
     assert len(fake.requests) == before
     await members.settings("discord:1", "cy", openers=True)
     assert await next_opener_at(sessions, scope) == due
@@ -136,29 +153,27 @@ async def test_quiet_hours_in_the_members_time_zone(engine, fake, clock, session
 
 
 async def test_two_processes_claiming_at_once_send_one_opener(
-    make_engine_for, fake, clock, sessions
+    make_engine_for, platform, fake, clock, sessions
 ):
     fake.brain = brain
-    first, second = make_engine_for(), make_engine_for()
+    first, second = make_engine_for(platforms=platform), make_engine_for(platforms=platform)
     clock.now = T0
     scope = await chat(first, "eve", "remember that Lisbon is my home town")
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    platform = Platform()
-    reports = await asyncio.gather(*(tick(e, now, platform) for e in (first, second, first)))
+    reports = await asyncio.gather(*(tick(e, now) for e in (first, second, first)))
     assert sum(len(r.claimed) for r in reports) == 1
     assert len(platform.sent) == 1
     openers = [b for b in fake.chat_requests if "conversation opener" in str(last(b))]
     assert len(openers) == 1
 
 
-async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessions):
+async def test_catch_up_after_downtime_is_spread_out(engine, platform, fake, clock, sessions):
     fake.brain = brain
     clock.now = T0
     for i in range(12):
         await chat(engine, f"m{i}", "remember that I love Lisbon")
-    platform = Platform()
     restart = T0 + timedelta(days=6)  # the bot was down while all of them fell due
-    first = await tick(engine, restart, platform)
+    first = await tick(engine, restart)
     assert first.claimed == [] and platform.sent == []
     assert len(first.respread) == 12  # moved, and the report says so
     assert all(restart < at <= restart + timedelta(hours=3, minutes=1) for at in first.respread)
@@ -166,7 +181,7 @@ async def test_catch_up_after_downtime_is_spread_out(engine, fake, clock, sessio
     for _ in range(20):  # a tick every 15 minutes for five hours
         moments += timedelta(minutes=15)
         clock.now = moments
-        await tick(engine, moments, platform)
+        await tick(engine, moments)
     users = [user for _, user, _ in platform.sent]
     assert sorted(users) == sorted(f"m{i}" for i in range(12)), "each exactly once"
     async with sessions() as session:
@@ -192,14 +207,15 @@ async def test_restart_loses_nothing_claimed(engine, make_engine_for, fake, cloc
     assert await fresh.outbox.undelivered(claims[0].event_id) == ["How was the trip to Lisbon?"]
 
 
-async def test_upkeep_runs_when_idle_and_cannot_message(make_engine_for, fake, clock, sessions):
+async def test_upkeep_runs_when_idle_and_cannot_message(
+    make_engine_for, platform, fake, clock, sessions
+):
     fake.brain = brain
     config = EngineConfig(schedule=ScheduleConfig(upkeep=True))
-    engine = make_engine_for(config)
+    engine = make_engine_for(config, platforms=platform)
     clock.now = T0
     await chat(engine, "gus", "hello")
-    platform = Platform()
-    report = await tick(engine, T0 + timedelta(hours=2, minutes=1), platform)
+    report = await tick(engine, T0 + timedelta(hours=2, minutes=1))
     assert [c.purpose for c in report.claimed] == ["upkeep"]
     assert platform.sent == [] and await engine.outbox.undelivered(report.claimed[0].event_id) == []
     tool_results = [m["content"] for m in fake.chat_requests[-1]["messages"] if m["role"] == "tool"]
@@ -213,13 +229,13 @@ async def test_openers_for_terminal_members_wait_in_the_outbox(engine, fake, clo
     clock.now = T0
     scope = await chat(engine, "hal", "remember that Lisbon calls", tenant="local")
     now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
-    report = await tick(engine, now, None)
+    report = await tick(engine, now)
     assert report.undelivered == 1
     assert await engine.outbox.take_waiting(scope) == ["How was the trip to Lisbon?"]
     assert await engine.outbox.take_waiting(scope) == []
 
 
-async def test_claimed_openers_think_side_by_side(engine, fake, clock, sessions):
+async def test_claimed_openers_think_side_by_side(engine, platform, fake, clock, sessions):
     """Issue 29: claimed openers ran one after another in the timer job (with a 2 s model,
     one opener per 2 s per process). Now the model is asked for all of them at once: this
     brain answers only once two opener calls are waiting together."""
@@ -251,8 +267,7 @@ async def test_claimed_openers_think_side_by_side(engine, fake, clock, sessions)
 
     fake.brain = all_at_once
     clock.now = due + timedelta(minutes=1)
-    platform = Platform()
-    report = await tick(engine, clock.now, platform)
+    report = await tick(engine, clock.now)
     assert len(report.claimed) >= 2 and report.sent == len(report.claimed)
     assert together.is_set()
     assert sorted(user for _, user, _ in platform.sent) == sorted(c.user for c in report.claimed)

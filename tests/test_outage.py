@@ -17,9 +17,9 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from adapters.common import Services
-from adapters.slack.events import dm_sender, one_workspace, reply_sender
+from adapters.slack.events import one_workspace
+from adapters.slack.posting import SlackOutlets
 from bot.chat import run_chat
-from bot.delivery import Router
 from bot.observability import PrometheusMetrics
 from core.config import EngineConfig
 from core.events import EventKind, EventStatus, InboundEvent
@@ -30,13 +30,12 @@ from tests.fake_openai import completion, default_brain
 from tests.rigs import slack_message, slack_rig
 
 
-async def backlog(engine, slack) -> None:
-    """What `companion run` does every few seconds: resume, then deliver at once."""
-    router = Router()
-    clients = one_workspace(slack.app.client)
-    router.add("slack", dm_sender(clients), reply_sender(clients))
+async def backlog(engine, slack, platforms) -> None:
+    """What `companion run` does every few seconds: resume, then deliver at once (through
+    the engine's `platforms`, which serve Slack)."""
+    platforms.add("slack", SlackOutlets(one_workspace(slack.app.client)))
     if await engine.resume():
-        await engine.outbox.redeliver(timedelta(0), router)
+        await engine.outbox.redeliver(timedelta(0))
 
 
 def texts(slack) -> list[str]:
@@ -44,7 +43,7 @@ def texts(slack) -> list[str]:
 
 
 async def test_a_member_who_writes_during_an_outage_is_answered_after_it_in_order(
-    engine, members, fake, clock
+    engine, platforms, members, fake, clock
 ):
     fake.brain = default_brain
     async with slack_rig(Services(engine, members), users=("U1",)) as slack:
@@ -58,12 +57,12 @@ async def test_a_member_who_writes_during_an_outage_is_answered_after_it_in_orde
         assert engine.mind.health.state()[0] == "down"
 
         clock.advance(seconds=LONGEST_WAIT)  # a probe is due; the endpoint is still down
-        await backlog(engine, slack)
+        await backlog(engine, slack, platforms)
         assert fake.down_calls == 2 and texts(slack)[2:] == []
 
         fake.down = None
         clock.advance(seconds=LONGEST_WAIT)
-        await backlog(engine, slack)
+        await backlog(engine, slack, platforms)
         assert texts(slack)[2:] == ["You said: one", "You said: two", "You said: three"]
         assert {post["channel"] for post in slack.posted()} == {"D1"}
         assert engine.mind.health.state()[0] == "ok"
@@ -73,7 +72,7 @@ async def test_a_member_who_writes_during_an_outage_is_answered_after_it_in_orde
         await slack.dispatch(slack_message(text="four"))
         await slack.dispatch(slack_message(text="five"))
         assert texts(slack)[5:] == [WAITING_NOTICE]
-        await backlog(engine, slack)  # no probe due yet: nothing asked, nothing sent
+        await backlog(engine, slack, platforms)  # no probe due yet: nothing asked, nothing sent
         assert fake.down_calls == 3 and texts(slack)[6:] == []
 
 
@@ -92,9 +91,9 @@ async def test_metrics_count_what_waits_for_the_model(engine, members, fake, ses
 
 
 async def test_a_message_that_waited_too_long_is_told_so_without_a_model_call(
-    make_engine_for, members, fake, clock, sessions
+    make_engine_for, platforms, members, fake, clock, sessions
 ):
-    engine = make_engine_for(EngineConfig(outage_wait=timedelta(hours=2)))
+    engine = make_engine_for(EngineConfig(outage_wait=timedelta(hours=2)), platforms=platforms)
     fake.brain = default_brain
     async with slack_rig(Services(engine, members), users=("U1",)) as slack:
         fake.down = 503
@@ -102,7 +101,7 @@ async def test_a_message_that_waited_too_long_is_told_so_without_a_model_call(
         fake.down = None
         clock.advance(hours=3)
         asked = len(fake.requests)
-        await backlog(engine, slack)
+        await backlog(engine, slack, platforms)
         told = texts(slack)
     assert told[0] == WAITING_NOTICE
     assert len(told) == 2 and "could not answer your message from" in told[1]
@@ -144,7 +143,7 @@ async def test_the_terminal_shows_what_waited_before_the_next_answer(engine, mem
 
 
 async def test_an_answer_in_plain_words_after_an_outage_reaches_the_member(
-    engine, members, fake, clock
+    engine, platforms, members, fake, clock
 ):
     """Found by the chaos campaign: the notice is stored as a reply to the waiting message,
     and the turn that went on once the model was back counted it as its own answer, so a
@@ -155,7 +154,7 @@ async def test_an_answer_in_plain_words_after_an_outage_reaches_the_member(
         fake.down = None
         fake.brain = lambda body: completion("Here I am, sorry for the wait.")
         clock.advance(seconds=LONGEST_WAIT)
-        await backlog(engine, slack)
+        await backlog(engine, slack, platforms)
         assert texts(slack) == [WAITING_NOTICE, "Here I am, sorry for the wait."]
 
 

@@ -7,26 +7,26 @@ from slack_sdk.web.async_client import AsyncWebClient
 from sqlalchemy import select, update
 
 from adapters.common import Services
-from adapters.slack.events import dm_sender, one_workspace, reply_sender
-from bot.delivery import Router
+from adapters.slack.events import one_workspace
+from adapters.slack.posting import SlackOutlets
 from core.events import EventKind, InboundEvent
 from core.models import Reply
+from core.ports import Posting
 from tests.rigs import slack_envelope, slack_message, slack_rig
 
 
 @pytest.fixture
-async def slack(engine, members):
+async def slack(engine, members, platforms):
     async with slack_rig(Services(engine, members), users=("U1",)) as rig:
         web = AsyncWebClient(token="xoxb-test", base_url=rig.api.base_url)
-        router = Router()
-        router.add("slack", dm_sender(one_workspace(web)), reply_sender(one_workspace(web)))
-        yield rig, router
+        platforms.add("slack", SlackOutlets(one_workspace(web)))
+        yield rig
 
 
 async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
     slack, engine, sessions, clock
 ):
-    rig, router = slack
+    rig = slack
     api = rig.api
     api.fail_methods["chat.postMessage"] = "service_unavailable"
     event = {
@@ -43,13 +43,13 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
     assert "service_unavailable" in row.last_error
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (
         0,
         1,
     )  # still down
     del api.fail_methods["chat.postMessage"]
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (0, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (0, 0)
     delivered = [c for c in api.called("chat.postMessage") if "are you there" in c["text"]]
     assert len(delivered) == 3  # two failed tries, then the one that went out
     assert delivered[-1]["channel"] == "C5" and delivered[-1]["thread_ts"] == "1700000009.000300"
@@ -59,48 +59,67 @@ async def test_a_failed_reply_is_retried_in_its_thread_until_delivered(
 
 
 async def test_retries_stop_after_the_limit(slack, engine, sessions, clock):
-    rig, router = slack
+    rig = slack
     api = rig.api
     api.fail_methods["chat.postMessage"] = "channel_not_found"
     await rig.dispatch(slack_message(text="hello"))
     for _ in range(12):
         clock.advance(minutes=1)
-        await engine.outbox.redeliver(timedelta(seconds=30), router)
+        await engine.outbox.redeliver(timedelta(seconds=30))
     async with sessions() as session:
         row = await session.scalar(select(Reply))
     assert row.attempts == 10 and row.delivered_at is None
     assert len(api.called("chat.postMessage")) == 10
 
 
-async def test_a_members_answers_go_out_in_the_order_they_wrote(engine):
+class Thread:
+    """A place of the test platform: a thread named in the event's meta."""
+
+    limit = 2000
+
+    def __init__(self, seen: list[tuple[str, str]], where: str) -> None:
+        self.seen, self.where = seen, where
+
+    def markup(self, text: str) -> str:
+        return text
+
+    async def post(self, part: str, tag) -> None:
+        self.seen.append((self.where, part))
+
+    async def posted(self, after) -> list:
+        return []
+
+
+class Threads:
+    """The test platform's outlets: back in the thread the member wrote in, never a DM."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    async def direct(self, tenant: str, user: str) -> Thread:
+        raise AssertionError("not a DM")
+
+    async def written(self, tenant: str, meta: dict) -> Thread:
+        return Thread(self.seen, meta["where"])
+
+
+async def test_a_members_answers_go_out_in_the_order_they_wrote(engine, platforms):
     """Two messages of one member, handled by two handlers (two processes): the first
     handler died after its turn, before sending. The second handler sends the first answer
     first, back where it was asked, then its own: the member reads them in order."""
-    seen: list[tuple[str, str]] = []
-
-    def route(tenant: str, user: str, meta: dict):
-        async def send(text: str) -> None:
-            seen.append((meta["where"], text))
-
-        return send
-
-    async def nowhere(tenant: str, user: str, text: str) -> None:
-        raise AssertionError("not a DM")
-
-    router = Router()
-    router.add("test", nowhere, route)
-    engine.outbox.platforms = router
+    threads = Threads()
+    platforms.add("test", threads)
     scope = await engine.agent("test:T1", "U1")
     first = InboundEvent(EventKind.USER_MESSAGE, "first", "k1", {"where": "thread 1"})
     await engine.submit(scope, first)
     await engine.drain(scope)  # its turn ran; its handler died before sending the answer
 
-    async def here(text: str) -> None:
-        seen.append(("thread 2", text))
+    async def here(text: str, posting: Posting | None = None) -> None:
+        threads.seen.append(("thread 2", text))
 
     second = InboundEvent(EventKind.USER_MESSAGE, "second", "k2", {"where": "thread 2"})
     await engine.converse(scope, second, send=here)
-    assert seen == [("thread 1", "You said: first"), ("thread 2", "You said: second")]
+    assert threads.seen == [("thread 1", "You said: first"), ("thread 2", "You said: second")]
 
 
 async def _killed_after_posting(sessions, api, keep_parts: int | None = None) -> None:
@@ -114,13 +133,13 @@ async def _killed_after_posting(sessions, api, keep_parts: int | None = None) ->
 
 
 async def test_a_reply_posted_before_a_kill_is_not_posted_again(slack, engine, sessions, clock):
-    rig, router = slack
+    rig = slack
     api = rig.api
     await rig.dispatch(slack_message(text="the blue door is mine"))
     await _killed_after_posting(sessions, api)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     seen = [m["text"] for m in api.posted["D1"]]
     assert seen == ["You said: the blue door is mine"]  # once, as the member sees it
     async with sessions() as session:
@@ -128,7 +147,7 @@ async def test_a_reply_posted_before_a_kill_is_not_posted_again(slack, engine, s
 
 
 async def test_only_the_parts_a_kill_cut_off_are_posted(slack, engine, sessions, clock):
-    rig, router = slack
+    rig = slack
     api = rig.api
     long = " ".join(f"word{i}" for i in range(700))  # about 5,000 characters: two posts
     await rig.dispatch(slack_message(text=long))
@@ -137,7 +156,7 @@ async def test_only_the_parts_a_kill_cut_off_are_posted(slack, engine, sessions,
     await _killed_after_posting(sessions, api, keep_parts=1)
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert [m["text"] for m in api.posted["D1"]] == whole
 
 
@@ -146,9 +165,8 @@ async def test_the_next_message_does_not_repeat_an_answer_a_kill_left_unmarked(
 ):
     """The member's next message, handled elsewhere, sends earlier waiting answers first:
     one that was in fact posted is not posted again."""
-    rig, router = slack
+    rig = slack
     api = rig.api
-    engine.outbox.platforms = router
     await rig.dispatch(slack_message(text="first"))
     await _killed_after_posting(sessions, api)
     await rig.dispatch(slack_message(text="second"))
@@ -158,20 +176,38 @@ async def test_the_next_message_does_not_repeat_an_answer_a_kill_left_unmarked(
 async def test_without_the_history_scope_a_reply_goes_out_again_rather_than_never(
     slack, engine, sessions, clock, caplog
 ):
-    rig, router = slack
+    rig = slack
     api = rig.api
     await rig.dispatch(slack_message(text="hello there"))
     await _killed_after_posting(sessions, api)
     api.fail_methods["conversations.history"] = "missing_scope"
 
     clock.advance(minutes=1)
-    assert await engine.outbox.redeliver(timedelta(seconds=30), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (1, 0)
     assert [m["text"] for m in api.posted["D1"]] == ["You said: hello there"] * 2
     assert "missing_scope" in caplog.text
 
 
 async def test_a_first_delivery_does_not_read_the_channel(slack):
     """Looking costs a history call (rate-limited by Slack): only retries look."""
-    rig, _ = slack
+    rig = slack
     await rig.dispatch(slack_message(text="hi"))
     assert rig.api.called("chat.postMessage") and not rig.api.called("conversations.history")
+
+
+async def test_a_process_retries_only_the_replies_of_the_platforms_it_serves(
+    slack, engine, sessions, clock, caplog
+):
+    """This process serves Slack: a Discord member's reply that waits is another process's
+    to send (and a terminal member's waits for their next chat), not a failure every minute."""
+    rig = slack
+    for tenant, user in (("discord:1", "D7"), ("local", "ana")):
+        scope = await engine.agent(tenant, user)
+        await engine.submit(scope, InboundEvent(EventKind.USER_MESSAGE, "hi", f"k:{tenant}"))
+        await engine.drain(scope)  # answered; nobody sent it
+    clock.advance(minutes=1)
+    assert await engine.outbox.redeliver(timedelta(seconds=30)) == (0, 0)
+    async with sessions() as session:
+        waiting = (await session.scalars(select(Reply))).all()
+    assert len(waiting) == 2 and all(r.delivered_at is None and r.attempts == 0 for r in waiting)
+    assert "failed" not in caplog.text and not rig.api.called("chat.postMessage")

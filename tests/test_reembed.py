@@ -14,7 +14,7 @@ from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.errors import ConfigError, EmbeddingError
 from core.llm import OpenAIEmbedder
-from core.members.reembed import change_dimension, reembed
+from core.memory.reembed import change_dimension, reembed
 from core.memory.search import archival_search
 from core.memory.store import AgentStore
 from tests.conftest import cli_env, run_cli

@@ -8,11 +8,11 @@ import pytest
 from sqlalchemy import select
 
 from adapters.common import FORGET_DONE, NOT_ADMIN, Services
-from core.members.access import Access
 from core.members.admission import BLOCKED_NOTICE, DMS_OFF
 from core.members.community import Community
 from core.models import Passage
 from core.runtime.budgets import BUDGET_REPLY
+from core.tenants.access import Access
 from tests.fake_openai import last_user_text, png, say
 from tests.fake_slack import BOT_USER, TEAM
 from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts

@@ -24,14 +24,12 @@ from adapters.common import Services
 from adapters.inbound import FILE_FAILED, take
 from adapters.slack import build_slack_app
 from adapters.slack.events import (
-    dm_sender,
     finish_held,
     one_workspace,
     read_message,
-    reply_sender,
 )
+from adapters.slack.posting import SlackOutlets
 from bot.database import make_engine, migrate
-from bot.delivery import Router
 from core.config import EngineConfig
 from core.llm import OpenAIChat
 from core.members.service import Members
@@ -213,7 +211,9 @@ async def test_socket_mode_acknowledges_only_what_is_stored(restartable, clock, 
     assert texts(api) == ["You said: first", "You said: second"]
 
 
-async def test_words_beside_a_file_survive_a_rate_limited_reply(app, api, engine, sessions, clock):
+async def test_words_beside_a_file_survive_a_rate_limited_reply(
+    app, api, engine, platforms, sessions, clock
+):
     api.files["notes.md"] = NOTES
     api.fail_once("chat.postMessage", "ratelimited")  # the reply about the file
     payload = shared(api, "here are my garden notes", ("notes.md", f"{api.root}/files/notes.md"))
@@ -224,11 +224,9 @@ async def test_words_beside_a_file_survive_a_rate_limited_reply(app, api, engine
         assert await session.scalar(select(func.count()).select_from(Passage)) == 1
         waiting = (await session.scalars(select(Reply).where(Reply.delivered_at.is_(None)))).all()
     assert [reply.attempts for reply in waiting] == [1]  # the file's reply, kept for a retry
-    router = Router()
-    clients = one_workspace(app.client)
-    router.add("slack", dm_sender(clients), reply_sender(clients))
+    platforms.add("slack", SlackOutlets(one_workspace(app.client)))
     clock.advance(seconds=1)
-    assert await engine.outbox.redeliver(timedelta(0), router) == (1, 0)
+    assert await engine.outbox.redeliver(timedelta(0)) == (1, 0)
     assert api.called("chat.postMessage")[-1]["channel"] == "D1"
 
 

@@ -25,17 +25,17 @@ from sqlalchemy import select, text
 
 from adapters.common import Services
 from adapters.slack import build_slack_app
-from adapters.slack.events import dm_sender, reply_sender
 from adapters.slack.oauth import SCOPES, Distribution, distribution
+from adapters.slack.posting import SlackOutlets
 from bot.delivery import Router
 from bot.doctor.platforms import check_platforms
 from bot.health import serving
 from bot.settings import Settings
 from core.errors import ConfigError, NotInstalled
-from core.members.tenancy import Tenancy
 from core.models import AuditEntry, Tenant
 from core.runtime.tick import tick
 from core.sealing import Sealer
+from core.tenants.tenancy import Tenancy
 from tests.conftest import COMPANION, ROOT, cli_env, run_cli
 from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
 from tests.rigs import slack_envelope, slack_ts
@@ -180,8 +180,7 @@ async def test_an_opener_outside_a_request_uses_the_workspaces_token(slack, engi
     await slack.install("TA")
     await slack.install("TB")
     router = Router()
-    clients = slack.oauth.workspaces.client
-    router.add("slack", dm_sender(clients), reply_sender(clients))
+    router.add("slack", SlackOutlets(slack.oauth.workspaces.client))
     await router.direct("slack:TB", "U7")("thought of you")
     assert slack.api.teams[slack.api.token_of("chat.postMessage")[-1]] == "TB"
     with pytest.raises(NotInstalled):
@@ -235,17 +234,15 @@ async def test_after_the_grace_period_the_workspace_is_erased_and_audited(
     assert await slack.tenancy.erase_departed() == []  # nothing erased twice
 
 
-async def test_a_departed_workspace_is_not_scheduled(slack, engine, sessions, clock):
+async def test_a_departed_workspace_is_not_scheduled(slack, engine, platforms, sessions, clock):
     for team in ("TW", "TK"):
         await slack.install(team)
         await slack.dm(team, "U1", "hi")
     await uninstalled(slack, "TW")
     async with sessions() as session, session.begin():
         await session.execute(text("UPDATE agents SET next_upkeep_at = :due"), {"due": clock()})
-    router = Router()
-    clients = slack.oauth.workspaces.client
-    router.add("slack", dm_sender(clients), reply_sender(clients))
-    report = await tick(engine, clock(), router)
+    platforms.add("slack", SlackOutlets(slack.oauth.workspaces.client))
+    report = await tick(engine, clock())
     assert [claim.tenant for claim in report.claimed] == ["slack:TK"]
 
 

@@ -1,9 +1,11 @@
-"""The shape ARCHITECTURE.md promises: layers point inward, no import circles, small modules.
+"""The shape ARCHITECTURE.md promises: layers point inward (inside core/ too, in the order
+it lists), no import circles, small modules.
 
 Read from the source with `ast` (module-level imports; those under `TYPE_CHECKING` are for
 the type checker only and do not run)."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +84,106 @@ def test_core_knows_no_platform_and_nothing_above_it():
             m for m in imported(path) if m.split(".")[0] in ("adapters", "bot", *PLATFORM_LIBRARIES)
         }
         assert not outward, f"{name} imports {sorted(outward)}"
+
+
+def core_layers() -> list[str]:
+    """core/'s layers as ARCHITECTURE.md lists them, each importing only from those above it:
+    the folder of each (the first, "core/*.py", is core's own modules, with BASE_FOLDERS)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    block = text.split("Layers, each importing only from the ones above it", 1)[1]
+    block = block.split("```", 2)[1]
+    return re.findall(r"^(core/\S*)", block, re.M)
+
+
+BASE_FOLDERS = {"wire", "models"}  # in core's first layer, beside core/*.py (ARCHITECTURE.md)
+
+
+def layer_of(module: str, layers: list[str]) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "core":
+        return None
+    if len(parts) == 1:
+        return 0
+    folder = f"core/{parts[1]}/" if len(parts) > 2 or module in _packages() else None
+    if folder is None or parts[1] in BASE_FOLDERS:
+        return 0
+    return layers.index(folder)
+
+
+def _packages() -> set[str]:
+    return {name for name, path in modules().items() if path.name == "__init__.py"}
+
+
+def upward_imports(edges: dict[str, set[str]], layers: list[str]) -> list[str]:
+    found = []
+    for name, others in sorted(edges.items()):
+        mine = layer_of(name, layers)
+        for other in sorted(others):
+            theirs = layer_of(other, layers)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{name} imports {other} ({layers[theirs]}, below {layers[mine]})")
+    return found
+
+
+def test_every_folder_of_core_has_its_layer():
+    layers = core_layers()
+    assert layers[0] == "core/*.py" and len(layers) == len(set(layers))
+    first = (ROOT / "ARCHITECTURE.md").read_text().split(layers[1], 1)[0].split(layers[0])[-1]
+    assert all(f"core/{folder}/" in first for folder in BASE_FOLDERS), first
+    folders = {p.name for p in (ROOT / "core").iterdir() if (p / "__init__.py").exists()}
+    assert {f"core/{f}/" for f in folders - BASE_FOLDERS} == set(layers[1:])
+
+
+def test_core_layers_import_only_the_layers_above_them():
+    assert upward_imports(graph(), core_layers()) == []
+
+
+def test_an_import_from_a_layer_below_is_found():
+    """core/config.py importing core/schedule/policy.py, as it did until issue 26."""
+    layers = core_layers()
+    edges = {"core.config": {"core.schedule.policy"}, "core.memory.turn": {"core.config"}}
+    assert upward_imports(edges, layers) == [
+        "core.config imports core.schedule.policy (core/schedule/, below core/*.py)"
+    ]
+
+
+PLATFORM_WORDS = re.compile(r"discord|slack|guild|snowflake|channel_id", re.IGNORECASE)
+
+
+def platform_literals(source: str) -> list[str]:
+    """The strings of code (not docstrings or comments) that name a platform or its ids."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and PLATFORM_WORDS.search(node.value)
+    ]
+
+
+def test_core_code_names_no_platform():
+    """Platform knowledge (meta keys, id formats) lives in the adapters, which hand it in."""
+    found = {
+        name: words
+        for name, path in modules().items()
+        if name.startswith("core") and (words := platform_literals(path.read_text()))
+    }
+    assert found == {}
+
+
+def test_a_platform_s_meta_key_in_core_is_found():
+    source = '"""Reads Discord back."""\nchannel = meta["channel_id"].astext\n'
+    assert platform_literals(source) == ["channel_id"]
 
 
 def test_adapters_never_reach_into_the_composition_root():

@@ -4,6 +4,7 @@ member; `tick --now` is a dry run unless `--apply`."""
 
 from datetime import datetime, timedelta
 
+from core.events import EventKind, InboundEvent
 from tests.conftest import cli_env, run_cli
 from tests.fake_openai import default_brain, last, say
 from tests.fake_slack import FakeSlack
@@ -122,3 +123,27 @@ async def test_tick_help_says_now_is_a_dry_run(fake, pg_url):
     assert "dry run" in words and "--apply" in words
     refused = await run_cli(cli_env(fake, pg_url), "tick", "--apply")
     assert refused.code == 2 and "--apply goes with --now" in refused.err
+
+
+async def test_tick_sends_a_reply_that_waited_before_the_opener(fake, pg_url, schema, engine):
+    """A member's answer whose handler died before sending it still waits when `companion
+    tick` sends them an opener: the answer goes first, back in its thread, then the opener,
+    so the member reads them in the order they were written (as under `companion run`)."""
+    fake.brain = opener_brain
+    scope = await engine.agent("slack:T0001", "U1")
+    fact = InboundEvent(EventKind.USER_MESSAGE, "remember that my exam is on Monday", "k1")
+    await engine.converse(scope, fact)  # answered and shown
+    where = {"team": "T0001", "channel": "C5", "thread_ts": "1700000009.000300"}
+    asked = InboundEvent(EventKind.USER_MESSAGE, "are you there?", "k2", where)
+    await engine.submit(scope, asked)
+    await engine.drain(scope)  # its turn ran; its handler died before sending the answer
+    async with FakeSlack() as api:
+        env = cli_env(fake, pg_url, schema, SLACK_BOT_TOKEN="xoxb-test", SLACK_API_URL=api.base_url)
+        due = due_time(await companion(env, "openers", "list"), "U1")
+        at = (due + timedelta(minutes=2)).isoformat()
+        assert "1 sent" in await companion(env, "tick", "--now", at, "--apply")
+        posts = api.called("chat.postMessage")
+        assert [(p["channel"], p.get("thread_ts"), p["text"]) for p in posts] == [
+            ("C5", "1700000009.000300", "You said: are you there?"),
+            ("DU1", None, "Thinking of you! (my exam is on Monday)"),
+        ]

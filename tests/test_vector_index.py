@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from bot.database import make_engine, migrate
 from core.config import EngineConfig
 from core.directory import ensure_agent
-from core.members.reembed import adopt_dimension
+from core.memory.reembed import adopt_dimension
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
 

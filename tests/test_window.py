@@ -17,7 +17,7 @@ from alembic.operations import Operations
 from alembic.script import ScriptDirectory
 from sqlalchemy import select, update
 
-from bot.database import MIGRATIONS
+from bot.migrations import MIGRATIONS
 from core.config import EngineConfig
 from core.errors import ModelError, PromptTooLong
 from core.events import EventKind, InboundEvent

@@ -30,6 +30,8 @@ from typing import Any, Protocol
 
 import discord
 
+from adapters.discord.messages import WHERE
+from adapters.discord.tenants import EVERY
 from core.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -54,12 +56,17 @@ class Reader(Protocol):
     def reads_back(self, guild_id: int | None, /) -> bool: ...
 
 
+def _guild(stored: str | None) -> int | None:
+    """The server id stored in a message's meta; None for a direct message."""
+    return int(stored) if stored and stored.isdigit() else None
+
+
 async def catch_up(client: Reader, engine: Engine) -> int:
     """Read back every channel the bot talked in lately (of the servers the client reads
     back: a shard's, with several); returns how many messages it took."""
     since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
-    seen = await engine.seen.newest_per_channel("discord:", since)
-    newest = {c: n.message_id for c, n in seen.items() if client.reads_back(n.guild_id)}
+    seen = await engine.seen.newest_per_place(EVERY, since, WHERE)
+    newest = {c: n.position for c, n in seen.items() if client.reads_back(_guild(n.group))}
     if newest:  # a first mention in a channel of its servers since the newest it stored
         latest = max(newest.values())
         for channel_id in _active_elsewhere(client, latest, set(newest)):

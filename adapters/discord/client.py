@@ -30,17 +30,15 @@ from adapters.discord.messages import (
     handle_message,
     where_of,
 )
-from adapters.discord.posting import post_reply
+from adapters.discord.posting import DiscordOutlet
+from adapters.discord.tenants import PLATFORM, guild_of, tenant_key
 from adapters.discord.tree import CompanionTree, add_commands
+from adapters.inbound import store_welcome
+from adapters.posting import post_reply
 from core.companion import Where
-from core.events import EventKind, InboundEvent
+from core.ports import Posting
 
 log = logging.getLogger(__name__)
-
-
-def tenant_key(guild_id: int) -> str:
-    """The tenant of a Discord server."""
-    return f"discord:{guild_id}"
 
 
 def companion_intents() -> discord.Intents:
@@ -61,11 +59,11 @@ class DirectMessages:
         self.me = me
         self.closed = False
 
-    async def __call__(self, text: str) -> None:
+    async def __call__(self, text: str, posting: Posting | None = None) -> None:
         if self.closed:
             return
         try:
-            await post_reply(await self.member.create_dm(), self.me, text)
+            await post_reply(DiscordOutlet(await self.member.create_dm(), self.me), text, posting)
         except discord.Forbidden:
             self.closed = True
             log.info("member %s of guild %s takes no DMs", self.member.id, self.member.guild.id)
@@ -113,7 +111,7 @@ class CompanionClient(discord.Client):
         served = await self.served_to(user_id)
         configured = tenant_key(self.home_guild_id) if self.home_guild_id else None
         return await self.services.members.dm_homes.resolve(
-            "discord", str(user_id), served, configured, keep
+            PLATFORM, str(user_id), served, configured, keep
         )
 
     async def served_to(self, user_id: int) -> list[str]:
@@ -125,8 +123,8 @@ class CompanionClient(discord.Client):
 
     def server_name(self, tenant: str) -> str:
         """A tenant as its members know it: the server's name when the bot is in it."""
-        _, _, guild_id = tenant.partition(":")
-        guild = self.get_guild(int(guild_id)) if guild_id.isdigit() else None
+        guild_id = guild_of(tenant)
+        guild = self.get_guild(guild_id) if guild_id is not None else None
         return guild.name if guild else tenant
 
     @property
@@ -199,16 +197,17 @@ class CompanionClient(discord.Client):
     async def on_member_join(self, member: discord.Member) -> None:
         if member.bot:
             return
-        tenant = tenant_key(member.guild.id)
-        welcome = await self.services.welcome_event(tenant, member.display_name)
-        if welcome is None:
-            return
+        guild, name = member.guild.id, member.display_name
         engine = self.services.engine
-        scope = await engine.agent(tenant, str(member.id), member.display_name)
-        event = InboundEvent(
-            EventKind.USER_ACTION,
-            welcome,
-            dedup_key=f"discord:join:{member.guild.id}:{member.id}",
-            meta={"platform": "discord", "guild_id": str(member.guild.id)},
-        )
-        await engine.converse(scope, event, send=DirectMessages(member, self.user))
+        async with engine.activity.working():
+            stored = await store_welcome(
+                self.services,
+                tenant_key(guild),
+                str(member.id),
+                name,
+                f"discord:join:{guild}:{member.id}",
+                name,
+                {"platform": PLATFORM, "guild_id": str(guild)},
+            )
+            if stored is not None:
+                await engine.answer(*stored, DirectMessages(member, self.user))

@@ -41,6 +41,7 @@ from adapters.common import (
     memory_text,
 )
 from adapters.discord.posting import DISCORD_LIMIT
+from adapters.discord.tenants import PLATFORM, guild_of
 from adapters.text import split_message
 from core.errors import BadSetting
 
@@ -80,17 +81,14 @@ def admin_rights(client: discord.Client, admin_ids: frozenset[str]) -> Any:
     async def check(tenant: str, user: str) -> bool | None:
         if user in admin_ids:
             return True
-        try:
-            guild = client.get_guild(int(tenant.split(":", 1)[1]))
-            member_id = int(user)
-        except (IndexError, ValueError):
+        guild_id = guild_of(tenant)
+        guild = client.get_guild(guild_id) if guild_id is not None else None
+        if guild is None or not user.isdigit():
             return None
-        if guild is None:
-            return None
-        member = guild.get_member(member_id)
+        member = guild.get_member(int(user))
         if member is None:
             try:
-                member = await guild.fetch_member(member_id)
+                member = await guild.fetch_member(int(user))
             except discord.NotFound:
                 return False  # no longer in the server
             except discord.HTTPException:
@@ -192,7 +190,7 @@ class MemoryCommands(app_commands.Group, name="memory", description="What I reme
     @app_commands.guild_only()
     async def home(self, interaction: discord.Interaction) -> None:
         services, tenant = self.state.services, await self.state.tenant(interaction)
-        await services.members.dm_homes.choose("discord", str(interaction.user.id), tenant)
+        await services.members.dm_homes.choose(PLATFORM, str(interaction.user.id), tenant)
         await say(interaction, HOME_SET.format(server=self.state.server_name(tenant)))
 
     @app_commands.command(description="Send you everything I remember about you, as a JSON file")

@@ -26,17 +26,20 @@ from typing import Any
 import discord
 
 from adapters.common import Services
-from adapters.discord.posting import post_reply
+from adapters.discord.posting import DiscordOutlet
+from adapters.discord.tenants import PLATFORM
 from adapters.inbound import (
     SharedFile,
     admitted,
     follow_up,
     message_event,
-    never_failing,
-    take,
+    store_message,
 )
+from adapters.posting import post_reply
 from core.companion import Where
-from core.errors import EventTooLarge, UploadRejected
+from core.errors import UploadRejected
+from core.ports import Posting
+from core.runtime.seen import Places
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +102,22 @@ class ChannelReplies:
         self.me = me
         self.quote = guild_id_of(message) is not None
 
-    async def __call__(self, text: str) -> None:
+    async def __call__(self, text: str, posting: Posting | None = None) -> None:
         reference = None
         if self.quote:
             reference = self.message.to_reference(fail_if_not_exists=False)
             self.quote = False
-        await post_reply(self.message.channel, self.me, text, reference)
+        await post_reply(DiscordOutlet(self.message.channel, self.me, reference), text, posting)
+
+
+# The keys of `_meta` that say where a message was written, for reading channels back.
+WHERE = Places(place="channel_id", position="message_id", group="guild_id")
 
 
 def _meta(message: discord.Message) -> dict[str, Any]:
     guild_id = guild_id_of(message)
     return {
-        "platform": "discord",
+        "platform": PLATFORM,
         "guild_id": str(guild_id) if guild_id else None,
         "channel_id": str(message.channel.id),
         "message_id": str(message.id),
@@ -150,12 +157,11 @@ async def handle_message(
         text = message.clean_content  # a bare mention: the member called the bot
     event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
     async with engine.activity.working():
-        scope = await engine.agent(tenant, str(author.id), author.display_name)
-        try:
-            event_id = await take(engine, scope, event, bool(files))
-        except EventTooLarge as error:
-            await never_failing(reply)(str(error))
+        user, name = str(author.id), author.display_name
+        stored = await store_message(engine, tenant, user, name, event, bool(files), reply)
+        if stored is None:
             return
+        scope, event_id = stored
         async with AsyncExitStack() as typing:
             with suppress(discord.HTTPException):  # no typing indicator is no reason to stop
                 await typing.enter_async_context(message.channel.typing())

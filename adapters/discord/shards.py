@@ -11,7 +11,7 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
                      own servers; DMs: shard 0's
     DM homes         a first DM may belong to a server on another shard: the member's
                      communities in the database count too
-    openers          any process: DMs go over REST, which needs no shard (deliver.py)
+    openers          any process: DMs go over REST, which needs no shard (posting.py)
     status           each shard's state apart (`on_shard_status`: /readyz lists them); the
                      client's own (`on_status`) says who the bot is once every shard is ready,
                      and stays: a shard that drops is that shard's `retrying`
@@ -29,6 +29,7 @@ import discord
 from adapters.common import Services
 from adapters.discord.catchup import catch_up
 from adapters.discord.client import CompanionClient
+from adapters.discord.tenants import PLATFORM
 
 ShardStatus = Callable[[int, str, str], None]  # (shard id, state, detail)
 RECOUNT_SECONDS = (1, 2, 5, 10, 30)  # waits between asks for the recommended count
@@ -71,7 +72,7 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         too, while the later shards connect); the member's communities elsewhere are known
         from the database, so a first DM finds where they talked last."""
         here = await super().served_to(user_id)
-        elsewhere = await self.services.members.dm_homes.communities("discord", str(user_id))
+        elsewhere = await self.services.members.dm_homes.communities(PLATFORM, str(user_id))
         return here + [tenant for tenant in elsewhere if tenant not in here]
 
     async def launch_shards(self) -> None:

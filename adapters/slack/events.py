@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -30,23 +29,29 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from adapters.common import Services
-from adapters.inbound import SharedFile, follow_up, message_event, never_failing, take
+from adapters.inbound import (
+    SharedFile,
+    follow_up,
+    message_event,
+    never_failing,
+    store_message,
+    store_welcome,
+)
 from adapters.slack.later import after_ack
-from adapters.slack.posting import post_reply
+from adapters.slack.posting import Clients, sender
 from core.companion import Where
-from core.errors import EventTooLarge, UploadRejected
-from core.events import EventKind, InboundEvent
-from core.members.documents import MAX_UPLOAD_BYTES
+from core.errors import UploadRejected
+from core.events import InboundEvent
+from core.memory.documents import MAX_UPLOAD_BYTES
+from core.ports import Posting, Send
 from core.runtime.engine import Engine
 from core.scope import Scope
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 THINKING = "thinking_face"
 DOWNLOAD_TIMEOUT = aiohttp.ClientTimeout(total=60)
 IGNORED_SUBTYPES = {"bot_message", "message_changed", "message_deleted", "channel_join"}
-
-
-Clients = Callable[[str], Awaitable[AsyncWebClient]]  # tenant -> its workspace's Web API client
 
 
 def one_workspace(client: AsyncWebClient) -> Clients:
@@ -58,48 +63,16 @@ def one_workspace(client: AsyncWebClient) -> Clients:
     return same
 
 
+PLATFORM = "slack"  # as tenant keys name it
+
+
 def tenant_key(team_id: str) -> str:
     """The tenant of a Slack workspace."""
-    return f"slack:{team_id}"
+    return str(TenantKey(PLATFORM, team_id))
 
 
 def tenant_of(body: dict[str, Any], event: dict[str, Any]) -> str:
     return tenant_key(body.get("team_id") or event.get("team") or "")
-
-
-def sender(client: AsyncWebClient, channel: str, thread_ts: str | None):
-    async def send(text: str) -> None:
-        await post_reply(client, channel, thread_ts, text)
-
-    return send
-
-
-def dm_sender(clients: Clients):
-    """Messages the bot starts (openers): a DM to the member."""
-
-    async def send(tenant: str, user: str, text: str) -> None:
-        client = await clients(tenant)
-        dm = await client.conversations_open(users=user)
-        await sender(client, dm["channel"]["id"], None)(text)
-
-    return send
-
-
-def reply_sender(clients: Clients):
-    """For retries: the send function of an event's replies, from the event's meta."""
-    dm = dm_sender(clients)
-
-    def route(tenant: str, user: str, meta: dict[str, Any]):
-        async def send(text: str) -> None:
-            if not meta.get("channel"):
-                await dm(tenant, user, text)
-                return
-            client = await clients(tenant)
-            await sender(client, meta["channel"], meta.get("thread_ts"))(text)
-
-        return send
-
-    return route
 
 
 async def _profile_zone(client: AsyncWebClient, user: str) -> str | None:
@@ -204,24 +177,38 @@ async def handle_message(
     where: Where,
 ) -> None:
     """Store the message (if the companion answers it there), and nothing else: Slack
-    hears "received" when this returns."""
+    hears "received" when this returns. One transaction asks the admins' rules, finds the
+    member's agent and stores the event; meanwhile the work after earlier acknowledgements
+    waits (`Activity.receiving`)."""
     if not message.words and not message.files:
         return
     engine = services.engine
-    send = sender(client, message.channel, message.thread_ts)
-    verdict = await services.members.admission.admit(message.tenant, message.user, where)
-    if not verdict.answer:
-        if verdict.notice:
-            after_ack(services, client, body, never_failing(send)(verdict.notice))
-        return
-    async with engine.activity.working():
-        scope = await engine.agent(message.tenant, message.user)
-        try:
-            event_id = await take(engine, scope, message.event(), bool(message.files))
-        except EventTooLarge as error:
-            after_ack(services, client, body, never_failing(send)(str(error)))
-            return
-        after_ack(services, client, body, answer(services, client, message, scope, event_id))
+    tell = later(services, client, body, sender(client, message.channel, message.thread_ts))
+    admit = partial(services.members.admission.admit, message.tenant, message.user, where)
+    async with engine.activity.receiving():
+        stored = await store_message(
+            engine,
+            message.tenant,
+            message.user,
+            None,
+            message.event(),
+            bool(message.files),
+            tell,
+            admit,
+        )
+        if stored is not None:
+            work = answer(services, client, message, *stored)
+            after_ack(services, client, body, work)
+
+
+def later(services: Services, client: AsyncWebClient, body: dict[str, Any], send: Send) -> Send:
+    """What the member is told before their message is stored (or instead): sent after
+    Slack heard "received", never failing the listener."""
+
+    async def tell(text: str, posting: Posting | None = None) -> None:
+        after_ack(services, client, body, never_failing(send)(text))
+
+    return tell
 
 
 async def answer(
@@ -242,7 +229,7 @@ async def finish_held(services: Services, clients: Clients) -> None:
     """At start: messages still held for their files, whose fetcher died with its process.
     Their files are fetched again (Slack keeps them), then the words are answered."""
     engine = services.engine
-    for scope, event_id, meta in await engine.seen.held("slack:"):
+    for scope, event_id, meta in await engine.seen.held(TenantKey.prefix(PLATFORM)):
         if not meta.get("channel"):
             continue
         where = {"channel": meta["channel"], "thread_ts": meta.get("thread_ts")}
@@ -312,19 +299,15 @@ def register_events(app: AsyncApp, services: Services) -> None:
             return
         tenant = tenant_of(body, {"team": user.get("team_id")})
         name = user.get("real_name") or user.get("name") or "Someone"
-        asked = await services.welcome_event(tenant, name)
-        if asked is None:
-            return
         engine = services.engine
-        welcome = InboundEvent(
-            EventKind.USER_ACTION,
-            asked,
-            f"slack:join:{tenant}:{user['id']}",
-        )
-        async with engine.activity.working():
-            scope = await engine.agent(tenant, user["id"], user.get("real_name"))
-            event_id = await engine.submit(scope, welcome)
-            after_ack(services, client, body, welcome_by_dm(engine, client, scope, event_id, user))
+        async with engine.activity.receiving():
+            key = f"slack:join:{tenant}:{user['id']}"
+            stored = await store_welcome(
+                services, tenant, user["id"], name, key, user.get("real_name")
+            )
+            if stored is not None:
+                work = welcome_by_dm(engine, client, *stored, user)
+                after_ack(services, client, body, work)
 
 
 async def welcome_by_dm(

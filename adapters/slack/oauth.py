@@ -12,7 +12,7 @@ for every request and refreshes a rotating token before it expires.
     Installations   slack_sdk's async SQLAlchemy store on Companion's tables (a migration).
                     Every install and every removal goes through it, so it is where a
                     community arrives (an installation saved) and leaves (its bot deleted,
-                    on app_uninstalled or tokens_revoked): core.members.tenancy. Tokens are
+                    on app_uninstalled or tokens_revoked): core.tenants.tenancy. Tokens are
                     sealed on the way in and opened on the way out (core.sealing, a key
                     from COMPANION_SECRET_KEY); a revoked bot token leaves every row
     States          the OAuth states, in Postgres: any replica finishes an install that
@@ -45,8 +45,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.slack.events import tenant_key
 from core.errors import NotInstalled
-from core.members.tenancy import Tenancy
 from core.sealing import Sealer
+from core.tenant_key import TenantKey
+from core.tenants.tenancy import Tenancy
 
 log = logging.getLogger(__name__)
 INSTALL_PATH = "/slack/install"
@@ -192,7 +193,7 @@ class Workspaces:
     async def client(self, tenant: str) -> AsyncWebClient:
         """The client of the workspace of `tenant` (`slack:<team id>`); NotInstalled when the
         workspace has no installation (never had, or removed the app)."""
-        team = tenant.removeprefix("slack:")
+        team = TenantKey.parse(tenant).id
         bot = await self.installations.latest_bot(team)
         installation = bot and await self.installations.async_find_installation(
             enterprise_id=bot.enterprise_id, team_id=team

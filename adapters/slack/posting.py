@@ -1,35 +1,35 @@
-"""Replies into Slack messages, posted once as the member sees them.
+"""Where replies go in Slack: a channel, a thread or a DM, for the shared posting loop.
 
-    post_reply(client, channel, thread_ts, text)   the reply's parts, tagged, skipping parts
-                                                   an earlier attempt already posted
+    SlackOutlet(client, channel, thread_ts)   one place: posts a part (its tag in the
+                                              message metadata), reads its own posts back
+    SlackOutlets(clients)                     a DM to a member, or back where they wrote
+    sender(client, channel, thread_ts)        the `Send` of a place
 
-Each part of an outbox reply carries message metadata (`companion_reply`, the reply's key and
-the part's number). When the outbox says an earlier attempt may have posted the reply (a
-process killed between the post and marking it sent: `core.runtime.outbox.Posting.since`),
-the channel (or thread) is read back from a little before that time, and the parts found
-there are not posted again. Reading needs the history scopes the manifest asks for; without
-them the reply goes out again (logged): a second copy rather than none.
+The loop itself (split, read back, skip what was posted) is `adapters.posting`. Reading
+back needs the history scopes the manifest asks for; without them (`CANNOT_LOOK`) the
+reply goes out again, logged: a second copy rather than none.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.text import split_message, to_slack_mrkdwn
-from core.runtime.outbox import Posting, posting
+from adapters.posting import CannotReadBack, Post, Tag, sending
+from adapters.text import to_slack_mrkdwn
+from core.ports import Send
 
-log = logging.getLogger(__name__)
 SLACK_TEXT_LIMIT = 3000  # a section block's text limit
 REPLY_EVENT = "companion_reply"  # the metadata event type of a reply's post
-LOOK_BACK = timedelta(minutes=2)  # clocks differ: read from a little before the reply was made
 # The errors that mean "cannot look here", not "Slack is down": the reply is posted anyway.
 CANNOT_LOOK = {"missing_scope", "not_in_channel", "channel_not_found", "no_permission"}
+
+Clients = Callable[[str], Awaitable[AsyncWebClient]]  # tenant -> its workspace's Web API client
 
 
 def no_pings(text: str) -> str:
@@ -37,61 +37,80 @@ def no_pings(text: str) -> str:
     return re.sub(r"<([!@#])", r"&lt;\1", text)
 
 
-async def post_reply(
-    client: AsyncWebClient, channel: str, thread_ts: str | None, text: str
-) -> None:
-    """Post `text` (in parts of at most SLACK_TEXT_LIMIT) to the channel or thread."""
-    reply = posting()
-    parts = split_message(no_pings(to_slack_mrkdwn(text)), SLACK_TEXT_LIMIT)
-    done = await _posted_parts(client, channel, thread_ts, reply) if reply else set()
-    for number, part in enumerate(parts):
-        if reply is not None and number in done:
-            log.info("part %s of reply %s was posted before: not again", number, reply.key)
-            continue
+class SlackOutlet:
+    """A channel (or a thread in it, or a DM) of one workspace."""
+
+    limit = SLACK_TEXT_LIMIT
+
+    def __init__(self, client: AsyncWebClient, channel: str, thread_ts: str | None) -> None:
+        self.client, self.channel, self.thread_ts = client, channel, thread_ts
+
+    def markup(self, text: str) -> str:
+        return no_pings(to_slack_mrkdwn(text))
+
+    async def post(self, part: str, tag: Tag | None) -> None:
         extra: dict[str, Any] = {}
-        if reply is not None:
-            payload = {"reply": reply.key, "part": number}
+        if tag is not None:
+            payload = {"reply": tag.key, "part": tag.part}
             extra["metadata"] = {"event_type": REPLY_EVENT, "event_payload": payload}
-        await client.chat_postMessage(
-            channel=channel,
-            thread_ts=thread_ts,
+        await self.client.chat_postMessage(
+            channel=self.channel,
+            thread_ts=self.thread_ts,
             text=part,
             blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": part}}],
             **extra,
         )
 
+    async def posted(self, after: datetime) -> list[Post]:
+        channel, oldest = self.channel, f"{after.timestamp():.6f}"
+        try:
+            if self.thread_ts:
+                found = await self.client.conversations_replies(
+                    channel=channel,
+                    ts=self.thread_ts,
+                    oldest=oldest,
+                    include_all_metadata=True,
+                    limit=200,
+                )
+            else:
+                found = await self.client.conversations_history(
+                    channel=channel, oldest=oldest, include_all_metadata=True, limit=200
+                )
+        except SlackApiError as error:
+            code = error.response.get("error")
+            if code not in CANNOT_LOOK:
+                raise  # Slack is failing: this attempt fails, the next one looks again
+            raise CannotReadBack(f"{self.channel}: {code}") from error
+        posts = []
+        for message in found.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == REPLY_EVENT and payload.get("reply"):
+                posts.append(Post(tag=str(Tag(payload["reply"], int(payload.get("part", 0))))))
+        return posts
 
-async def _posted_parts(
-    client: AsyncWebClient, channel: str, thread_ts: str | None, reply: Posting
-) -> set[int]:
-    """The parts of `reply` already in the channel (none to look for on a first attempt)."""
-    if reply.since is None:
-        return set()
-    oldest = f"{(reply.since - LOOK_BACK).timestamp():.6f}"
-    try:
-        if thread_ts:
-            found = await client.conversations_replies(
-                channel=channel, ts=thread_ts, oldest=oldest, include_all_metadata=True, limit=200
-            )
-        else:
-            found = await client.conversations_history(
-                channel=channel, oldest=oldest, include_all_metadata=True, limit=200
-            )
-    except SlackApiError as error:
-        code = error.response.get("error")
-        if code not in CANNOT_LOOK:
-            raise  # Slack is failing: this attempt fails, the next one looks again
-        log.warning(
-            "cannot read %s to see whether reply %s was posted before (%s): posting it",
-            channel,
-            reply.key,
-            code,
-        )
-        return set()
-    parts: set[int] = set()
-    for message in found.get("messages") or []:
-        metadata = message.get("metadata") or {}
-        payload = metadata.get("event_payload") or {}
-        if metadata.get("event_type") == REPLY_EVENT and payload.get("reply") == reply.key:
-            parts.add(int(payload.get("part", 0)))
-    return parts
+
+def sender(client: AsyncWebClient, channel: str, thread_ts: str | None) -> Send:
+    outlet = SlackOutlet(client, channel, thread_ts)
+
+    async def here() -> SlackOutlet:
+        return outlet
+
+    return sending(here)
+
+
+class SlackOutlets:
+    """Outside a live handler: each tenant's workspace through its own client."""
+
+    def __init__(self, clients: Clients) -> None:
+        self.clients = clients
+
+    async def direct(self, tenant: str, user: str) -> SlackOutlet:
+        client = await self.clients(tenant)
+        dm = await client.conversations_open(users=user)
+        return SlackOutlet(client, dm["channel"]["id"], None)
+
+    async def written(self, tenant: str, meta: dict[str, Any]) -> SlackOutlet | None:
+        if not meta.get("channel"):
+            return None
+        return SlackOutlet(await self.clients(tenant), meta["channel"], meta.get("thread_ts"))

@@ -12,18 +12,10 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from bot import idle_stop
-from bot.database import (
-    ADMIN_SQL,
-    APP_ROLE,
-    MANAGED,
-    MIGRATIONS,
-    as_role,
-    asyncpg_url,
-    database_server,
-    make_engine,
-)
+from bot.database import APP_ROLE, as_role, asyncpg_url, database_server, make_engine
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
+from bot.migrations import ADMIN_SQL, MANAGED, MIGRATIONS, pending
 from bot.settings import Settings
 from core.errors import CompanionError
 
@@ -79,9 +71,17 @@ async def _schema_checks(connection: AsyncConnection, settings: Settings) -> lis
         )
     elif current <= known:
         at, head = ", ".join(sorted(current)), ", ".join(sorted(newest))
-        results.append(
-            ok(f"database migrations: at {at}; the next companion command migrates it to {head}")
-        )
+        heavy = [r.name for r in pending(current) if r.rewrites_tables]
+        if heavy:
+            results.append(
+                warn(
+                    f"database migrations: at {at}; revision {heavy[0]} rewrites tables: run "
+                    f"`companion migrate` once (to {head}); until then no other command starts"
+                )
+            )
+        else:
+            next_one = f"the next companion command migrates it to {head}"
+            results.append(ok(f"database migrations: at {at}; {next_one}"))
     else:
         results.append(
             fail(

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.eval.locomo import import_conversation, session_numbers
 from bot.eval.report import Report, percent
-from core.events import EventKind, InboundEvent
+from core.events import EventKind, InboundEvent, Purpose
 from core.memory.embeddings import embed_missing
 from core.models import Block
 from core.ports import ChatModel
@@ -84,7 +84,7 @@ async def openers(
         now = engine.clock()
         ask = OPENER.format(local=now.strftime("%A %H:%M"), zone="UTC", ago="3 days ago")
         event = InboundEvent(
-            EventKind.SCHEDULED, ask, f"opener:{sample['sample_id']}", {"purpose": "opener"}
+            EventKind.SCHEDULED, ask, f"opener:{sample['sample_id']}", {"purpose": Purpose.OPENER}
         )
         exchange = await engine.converse(scope, event)
         opener = "\n".join(exchange.replies)

@@ -36,9 +36,9 @@ from bot.web.boundary import given
 from bot.web.member import MemberPages
 from bot.web.render import Templates
 from core.errors import LinkRefused
-from core.members.access import SESSION_TTL, SIGN_IN_PATH, Access, Viewer
 from core.members.community import Community
 from core.members.service import Members
+from core.tenants.access import SESSION_TTL, SIGN_IN_PATH, Access, Viewer
 
 STYLESHEET = Path(__file__).parent / "static" / "inspector.css"
 SIGN_IN_NONCE = "companion_signin"

@@ -28,10 +28,10 @@ from bot.web.boundary import given
 from bot.web.render import Templates, admin_tabs, usage_chart
 from core.companion import INSTRUCTIONS_LIMIT, NAME_LIMIT, CompanionProfile, channel_ids
 from core.errors import BadSetting
-from core.members.access import Viewer
 from core.members.admission import REACH_TTL
 from core.members.community import WELCOME_TEXT_LIMIT, Community
 from core.members.service import Members
+from core.tenants.access import Viewer
 
 AUDIT_ROWS = 200
 REACH_NOTICES = (

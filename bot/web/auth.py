@@ -21,7 +21,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from bot.web.boundary import given, read
-from core.members.access import Viewer
+from core.tenants.access import Viewer
 
 log = logging.getLogger(__name__)
 COOKIE = "companion_session"

@@ -29,8 +29,8 @@ from bot.web.auth import COOKIE, Visit, see_other
 from bot.web.boundary import BIGINT, given
 from bot.web.render import Templates, admin_tabs, member_tabs
 from core.errors import BadSetting, BlockRefused
-from core.members.access import Access
 from core.members.service import Members
+from core.tenants.access import Access
 
 NOT_FOUND = "There is no such page here."
 

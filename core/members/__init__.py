@@ -1,7 +1,6 @@
-"""Members' data outside the agent's own functions.
+"""Members' data outside the agent's own functions: what members, admins and operators do.
 
 service.py       `Members`: view, settings, forget me, audited admin and operator actions
 portability.py   a whole agent as one JSON document, and back
-documents.py     uploaded files into archival passages
-reembed.py       re-embedding archival storage
+community.py     `Community`: a tenant for its admins (roster, usage, settings, limits)
 """

@@ -20,16 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.companion import REACH_KEY, Reach, Where, reach_of
 from core.config import EngineConfig
 from core.errors import BadSetting
-from core.members.audit import record
 from core.models import Agent, Tenant, User
 from core.schedule.planning import replan
+from core.tenants.audit import record
 
 CHANNEL_MODES = ("answer", "never", "open", "default")
 REACH_TTL = 10.0  # seconds a process keeps a community's rules before reading them again
@@ -41,6 +41,15 @@ BLOCKED_NOTICE = (
 DMS_OFF = (
     "This community has turned off direct messages with me. Mention me in one of its "
     "channels instead."
+)
+
+
+# Built once (a statement built per message costs more CPU than sending it): the member's
+# id and whether the admins blocked them.
+_MEMBER = (
+    select(User.id, User.settings["blocked"].as_boolean())
+    .join(Tenant, Tenant.id == User.tenant_id)
+    .where(Tenant.key == bindparam("tenant"), User.external_id == bindparam("user"))
 )
 
 
@@ -78,29 +87,31 @@ class Admission:
         self._kept[tenant] = (self.monotonic() + REACH_TTL, rules)
         return rules
 
-    async def admit(self, tenant: str, user: str, where: Where) -> Admitted:
-        """Whether this member's message, written there, is answered (and stored)."""
+    async def admit(
+        self, tenant: str, user: str, where: Where, session: AsyncSession | None = None
+    ) -> Admitted:
+        """Whether this member's message, written there, is answered (and stored); in
+        `session`'s transaction when given (the one that stores the message)."""
         rules = await self.reach(tenant)
         if not rules.answers(where):
             return Admitted(False, DMS_OFF if where.channel is None else None)
+        if session is not None:
+            return await self._unblocked(session, tenant, user)
         async with self.sessions() as session, session.begin():
-            member = (
-                await session.execute(
-                    select(User.id, User.settings)
-                    .join(Tenant, Tenant.id == User.tenant_id)
-                    .where(Tenant.key == tenant, User.external_id == user)
-                )
-            ).first()
-            if member is None or not (member[1] or {}).get("blocked"):
-                return Admitted(True)
-            # Told once: of several messages at once, only one finds the flag unset.
-            told = await session.execute(
-                update(User)
-                .where(User.id == member[0], ~User.settings.has_key("blocked_told"))
-                .values(settings=User.settings.op("||")({"blocked_told": True}))
-                .returning(User.id)
-            )
-            return Admitted(False, BLOCKED_NOTICE if told.first() is not None else None)
+            return await self._unblocked(session, tenant, user)
+
+    async def _unblocked(self, session: AsyncSession, tenant: str, user: str) -> Admitted:
+        member = (await session.execute(_MEMBER, {"tenant": tenant, "user": user})).first()
+        if member is None or not member[1]:
+            return Admitted(True)
+        # Told once: of several messages at once, only one finds the flag unset.
+        told = await session.execute(
+            update(User)
+            .where(User.id == member[0], ~User.settings.has_key("blocked_told"))
+            .values(settings=User.settings.op("||")({"blocked_told": True}))
+            .returning(User.id)
+        )
+        return Admitted(False, BLOCKED_NOTICE if told.first() is not None else None)
 
     async def change_reach(
         self,

@@ -18,10 +18,10 @@ from datetime import datetime
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.config import ScheduleConfig
 from core.memory import terms
 from core.models import Agent, Message, Passage
 from core.schedule.planning import plan_for
-from core.schedule.policy import ScheduleConfig
 from core.scope import Scope
 
 CONVERSATION_PAGE = 30

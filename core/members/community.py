@@ -24,10 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import lock_tenant
 from core.errors import BadSetting
-from core.members.audit import record
 from core.members.service import parse_quiet_hours
 from core.models import Agent, Message, Passage, Tenant, Usage, User
 from core.schedule.planning import replan
+from core.tenants.audit import record
 
 ROSTER_LIMIT = 500
 

@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.companion import SETTINGS_KEY, CompanionProfile, checked, profile_of
 from core.config import EngineConfig
-from core.members.audit import record
 from core.models import Agent, Block, Tenant
+from core.tenants.audit import record
 
 
 class Profiles:

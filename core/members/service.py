@@ -35,7 +35,6 @@ from core.directory import (
 from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.admission import Admission
-from core.members.audit import record
 from core.members.dm_homes import DmHomes
 from core.members.portability import Export
 from core.members.profiles import Profiles
@@ -47,6 +46,7 @@ from core.models import Agent, AuditEntry, Block, Message, Passage, Tenant, User
 from core.ports import Embedder, Progress
 from core.schedule.planning import plan_for, replan
 from core.scope import Scope, enter_scope
+from core.tenants.audit import record
 
 if TYPE_CHECKING:
     from core.members.portability import Export

@@ -9,4 +9,6 @@ tokens.py     offline token counting, calibrated by the provider's usage
 tools.py      the seven functions; executor.py runs the model's calls of them
 search.py     recall and archival search, paginated
 store.py      `AgentStore`: every read and write of one agent's rows
+documents.py  uploaded files: checks, text extraction, token chunks into archival storage
+reembed.py    re-embedding recall and archival storage; a new vector dimension (DDL)
 """

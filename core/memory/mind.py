@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from core.config import EngineConfig
@@ -38,11 +39,19 @@ class Step:
     prompt_tokens: int
 
 
+class CallPurpose(StrEnum):
+    """What a model call is for."""
+
+    CHAT = "chat"  # a step of the turn, with the functions
+    SUMMARY = "summary"  # the recursive summary of evicted messages
+    PICTURE = "picture"  # what a shared picture shows (core.runtime.pictures)
+
+
 @dataclass(frozen=True)
 class CallUsage:
     """What one model call cost, as the provider reported it (else our estimate)."""
 
-    purpose: str  # "chat" (a step of the turn) or "summary"
+    purpose: CallPurpose
     prompt_tokens: int
     cached_tokens: int  # of prompt_tokens, read from the provider's prompt cache
     completion_tokens: int
@@ -124,7 +133,7 @@ class MeteredModel:
         metrics.count(Counter.PROMPT_TOKENS, prompt_tokens)
         metrics.count(Counter.CACHED_TOKENS, cached_tokens)
         metrics.count(Counter.COMPLETION_TOKENS, completion_tokens)
-        purpose = "chat" if tools else "summary"
+        purpose = CallPurpose.CHAT if tools else CallPurpose.SUMMARY
         usage = CallUsage(purpose, prompt_tokens, cached_tokens, completion_tokens)
         self.result.calls.append(usage)
         self.result.tokens += prompt_tokens + completion_tokens

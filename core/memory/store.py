@@ -75,6 +75,48 @@ def _message_insert(columns: tuple[str, ...], searchable: bool) -> Executable:
     return stored.returning(MESSAGES.c.id)
 
 
+def _theirs(model: Any) -> Any:
+    """The rows of the agent named by the bound parameters `tenant` and `agent`."""
+    return (model.tenant_id == bindparam("tenant")) & (model.agent_id == bindparam("agent"))
+
+
+def _the_agent() -> Any:
+    return (Agent.id == bindparam("agent")) & (Agent.tenant_id == bindparam("tenant"))
+
+
+# The statements of every turn, built once (building one costs more CPU than sending it).
+@functools.cache
+def _lock_agent() -> Executable:
+    passages = select(func.count()).where(_theirs(Passage)).scalar_subquery()
+    searchable = (
+        select(MessageTerm.messages)
+        .where(_theirs(MessageTerm), MessageTerm.lexeme == terms.CORPUS)
+        .scalar_subquery()
+    )
+    return (
+        select(Agent, Tenant, User, passages, searchable)
+        .join(User, User.id == Agent.user_id)
+        .join(Tenant, Tenant.id == Agent.tenant_id)
+        .where(_the_agent())
+        .with_for_update(key_share=True, of=Agent)
+    )
+
+
+@functools.cache
+def _relock() -> Executable:
+    return (
+        select(Agent)
+        .where(_the_agent())
+        .with_for_update(key_share=True)
+        .execution_options(populate_existing=True)
+    )
+
+
+@functools.cache
+def _blocks() -> Executable:
+    return select(Block).where(_theirs(Block))
+
+
 class AgentStore:
     def __init__(self, session: AsyncSession, scope: Scope, max_message_tokens: int) -> None:
         self.session = session
@@ -91,6 +133,10 @@ class AgentStore:
         # and those stored since): what conversation_search can find
         self.searchable = 0
 
+    @property
+    def _params(self) -> dict[str, int]:
+        return {"tenant": self.scope.tenant_id, "agent": self.scope.agent_id}
+
     def _mine(self, model: Any) -> Any:
         return (model.tenant_id == self.scope.tenant_id) & (model.agent_id == self.scope.agent_id)
 
@@ -102,21 +148,7 @@ class AgentStore:
         user (`member`) and how many passages it holds (`passages`) come in the same round
         trip, unlocked.
         """
-        passages = select(func.count()).where(self._mine(Passage)).scalar_subquery()
-        searchable = (
-            select(MessageTerm.messages)
-            .where(self._mine(MessageTerm), MessageTerm.lexeme == terms.CORPUS)
-            .scalar_subquery()
-        )
-        row = (
-            await self.session.execute(
-                select(Agent, Tenant, User, passages, searchable)
-                .join(User, User.id == Agent.user_id)
-                .join(Tenant, Tenant.id == Agent.tenant_id)
-                .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
-                .with_for_update(key_share=True, of=Agent)
-            )
-        ).first()
+        row = (await self.session.execute(_lock_agent(), self._params)).first()
         assert row is not None, f"agent {self.scope.agent_id} vanished"
         agent, self.member, self.passages = row[0], (row[1], row[2]), int(row[3])
         self.searchable = int(row[4] or 0)
@@ -128,12 +160,7 @@ class AgentStore:
         """Lock the agent's row again in a new transaction of the same turn (after a model
         call, which no transaction spans): the row read afresh, the version from it."""
         assert self.agent is not None, "lock_agent first"
-        agent = await self.session.scalar(
-            select(Agent)
-            .where(Agent.id == self.scope.agent_id, Agent.tenant_id == self.scope.tenant_id)
-            .with_for_update(key_share=True)
-            .execution_options(populate_existing=True)
-        )
+        agent = await self.session.scalar(_relock(), self._params)
         assert agent is not None, f"agent {self.scope.agent_id} vanished"
         self.agent, self._locked_version, self._dirty = agent, agent.context_version, False
         return agent
@@ -165,7 +192,7 @@ class AgentStore:
             self.agent.context_version = self._locked_version + 1
 
     async def blocks(self) -> dict[str, Block]:
-        rows = await self.session.scalars(select(Block).where(self._mine(Block)))
+        rows = await self.session.scalars(_blocks(), self._params)
         return {block.label: block for block in rows}
 
     async def in_context(self) -> list[Message]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from core.companion import profile_of
 from core.errors import MalformedOutput, ModelOutputError, ModelTimeout, PromptTooLong
-from core.events import EventKind, clean_text, trigger_fields
+from core.events import EventKind, Purpose, clean_text, purpose_of, trigger_fields
 from core.memory.executor import SCHEMAS, execute
 from core.memory.mind import (  # noqa: F401  (Mind and the results are the turn's words)
     WAITING_NOTICE,
@@ -151,7 +151,7 @@ class Turn:
         tools.member_name = self.member_name
         tools.agent_name = profile.name or agent_name(persona)
         max_steps = config.max_steps
-        if (payload.get("meta") or {}).get("purpose") == "upkeep":
+        if purpose_of(payload) is Purpose.UPKEEP:
             tools.may_send = False  # tidying memory, not talking
             max_steps = min(max_steps, config.schedule.upkeep_steps)
         if resumed:  # what the earlier try said and did stays said and done

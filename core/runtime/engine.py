@@ -14,8 +14,10 @@
                            release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
     (`engine.pictures` looks at shared pictures; deliver, redeliver, take_replies, ... come
-    from `engine.outbox`; what is in progress, for a clean shutdown, from `engine.activity`;
-    what was stored from where, for reading a platform back after a restart, `engine.seen`)
+    from `engine.outbox`, which reaches members outside a live handler through
+    `engine.platforms`, handed in; what is in progress, for a clean shutdown, from
+    `engine.activity`; what was stored from where, for reading a platform back after a
+    restart, `engine.seen`)
 
 A drain first claims the agent in Postgres (`Presence`): one process works on an agent at a
 time, its events one at a time, in arrival order. Each event's turn commits what it did
@@ -33,24 +35,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import exists, func, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent
 from core.errors import ClaimLost, CompanionError
 from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
-from core.members.documents import chunk_text, extract_text, store_document, upload_name
+from core.memory.documents import chunk_text, extract_text, store_document, upload_name
 from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
 from core.memory.window import MainContext
 from core.models import Event, Message
-from core.ports import Send
+from core.ports import NoPlatforms, Platforms, Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
 from core.runtime.handling import Handler, agent_events, waits_for_model
+from core.runtime.intake import Admit, Taken, insert_event, take
 from core.runtime.outbox import Outbox
 from core.runtime.pictures import Pictures, Vision
 from core.runtime.presence import Checkpoint, Claim, Presence
@@ -79,20 +81,27 @@ class Exchange:
     result: TurnResult | None  # None when another process handled the event
 
 
-def _pending(scope: Scope, what: Any) -> Any:
-    """A query for one of the agent's pending events."""
-    return select(what).where(agent_events(scope), Event.status == EventStatus.PENDING).limit(1)
+def _pending(what: Any) -> Any:
+    """A query for one of the agent's pending events (built once: building a statement per
+    turn costs more CPU than sending it)."""
+    mine = (Event.tenant_id == bindparam("tenant")) & (Event.agent_id == bindparam("agent"))
+    return select(what).where(mine, Event.status == EventStatus.PENDING).limit(1)
 
 
-def _next_pending(scope: Scope) -> Any:
-    """The agent's pending event to handle next: one whose turn began (its words are in
-    memory: it waits for the model, or its process died) before any other, else the oldest.
+_ANY_PENDING = _pending(Event.id)
 
-    A turn goes on from the end of the queue it left, answering the newest words there; an
-    older event that joined the pending ones later (held for its files, or stored by a
-    transaction that committed after a newer one's) must not put its words after them."""
-    begun = exists().where(Message.tenant_id == Event.tenant_id, Message.event_id == Event.id)
-    return _pending(scope, Event).order_by(begun.desc(), Event.id)
+
+def _agent_params(scope: Scope) -> dict[str, int]:
+    return {"tenant": scope.tenant_id, "agent": scope.agent_id}
+
+
+# The agent's pending event to handle next: one whose turn began (its words are in memory:
+# it waits for the model, or its process died) before any other, else the oldest. A turn
+# goes on from the end of the queue it left, answering the newest words there; an older
+# event that joined the pending ones later (held for its files, or stored by a transaction
+# that committed after a newer one's) must not put its words after them.
+_BEGUN = exists().where(Message.tenant_id == Event.tenant_id, Message.event_id == Event.id)
+_NEXT_PENDING = _pending(Event).order_by(_BEGUN.desc(), Event.id)
 
 
 class Engine:
@@ -104,16 +113,21 @@ class Engine:
         embeddings: EmbeddingWorker | None = None,
         presence: Presence | None = None,
         vision: Vision | None = None,
+        platforms: Platforms | None = None,
     ) -> None:
         self.sessions = sessions
         self.mind = mind
         self.clock = clock
         self.embeddings = embeddings  # woken after each commit that stored new messages
-        self.outbox = Outbox(sessions, clock)
+        # Members outside a live handler (openers, retried replies), through the platforms
+        # the composition root serves: none unless it hands them in.
+        self.platforms = platforms or NoPlatforms()
+        self.outbox = Outbox(sessions, clock, self.platforms)
         self.activity = Activity()
         self.seen = Seen(sessions)
         self.handler = Handler(mind, clock)  # what one event comes to, inside the claim
-        self.gate = TurnGate()  # one drain of an agent at a time in this process
+        # One drain of an agent at a time in this process; turns give way to acknowledgements.
+        self.gate = TurnGate(yield_to=self.activity.quiet)
         # The agents this process works on, claimed in Postgres (one turn per agent at once).
         self.presence = presence or Presence(sessions.kw["bind"])
         self.pictures = Pictures(sessions, mind, clock, vision or Vision())
@@ -126,36 +140,21 @@ class Engine:
         async with self.sessions() as session, session.begin():
             return await ensure_agent(session, tenant, user, self.mind.config, display_name)
 
-    async def _insert_event(
-        self, session: AsyncSession, scope: Scope, event: InboundEvent, hold: bool = False
-    ) -> tuple[int, bool]:
-        """(event id, whether it is new); a redelivery gets the first delivery's id."""
-        values = {
-            "tenant_id": scope.tenant_id,
-            "agent_id": scope.agent_id,
-            "kind": str(event.kind),
-            "payload": event.payload(),
-            "dedup_key": event.dedup_key,
-            "status": EventStatus.WAITING if hold else EventStatus.PENDING,
-            "created_at": self.clock(),
-        }
-        # Keys per agent (migrations 0008, 0017): another member's same platform id is theirs.
-        new_id = await session.scalar(
-            insert(Event)
-            .values(**values)
-            .on_conflict_do_nothing(
-                index_elements=[Event.tenant_id, Event.agent_id, Event.dedup_key]
-            )
-            .returning(Event.id)
+    async def take(
+        self,
+        tenant: str,
+        user: str,
+        event: InboundEvent,
+        hold: bool = False,
+        admit: Admit | None = None,
+        display_name: str | None = None,
+    ) -> Taken:
+        """A platform's message stored for the member's agent in one transaction, `admit`
+        (the admins' rules) asked first: see `core.runtime.intake.take`."""
+        config, now = self.mind.config, self.clock()
+        return await take(
+            self.sessions, config, now, tenant, user, event, hold, admit, display_name
         )
-        if new_id is not None:
-            return int(new_id), True
-        existing = await session.scalar(
-            select(Event.id).where(agent_events(scope), Event.dedup_key == event.dedup_key)
-        )
-        if existing is None:  # the key's row exists but is not this agent's: cannot happen
-            raise RuntimeError(f"event key {event.dedup_key!r} of agent {scope.agent_id} vanished")
-        return int(existing), False
 
     async def submit(self, scope: Scope, event: InboundEvent, hold: bool = False) -> int:
         """Store the event before anything else happens to it.
@@ -165,7 +164,7 @@ class Engine:
         """
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
-            return (await self._insert_event(session, scope, event, hold))[0]
+            return (await insert_event(session, scope, event, self.clock(), hold))[0]
 
     async def release(self, scope: Scope, event_id: int, note: str | None = None) -> None:
         """A held event joins the agent's pending events (once; later calls do nothing),
@@ -230,7 +229,7 @@ class Engine:
         event = InboundEvent(EventKind.USER_ACTION, text, dedup_key, meta or {})
         async with self.sessions() as session, session.begin():
             await enter_scope(session, scope)
-            event_id, new = await self._insert_event(session, scope, event)
+            event_id, new = await insert_event(session, scope, event, self.clock())
             if new:
                 store = AgentStore(session, scope, self.mind.config.max_message_tokens)
                 now, embedder = self.clock(), self.mind.embedder
@@ -276,11 +275,10 @@ class Engine:
         waits (one stored after this check is drained by its submitter); None when there
         was none, or the claim was lost."""
         async with self.sessions() as session:
-            await enter_scope(session, scope)
+            await self.presence.enter(session, scope, claim)
             store = AgentStore(session, scope, self.mind.config.max_message_tokens)
             agent = await store.lock_agent()
-            await self.presence.confirm(session, claim)
-            event = await session.scalar(_next_pending(scope))
+            event = await session.scalar(_NEXT_PENDING, _agent_params(scope))
             if event is None:
                 await session.commit()
                 return None
@@ -292,7 +290,7 @@ class Engine:
                     log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
                     await session.rollback()
                     return None
-            more = not result.deferred and await session.scalar(_pending(scope, Event.id))
+            more = not result.deferred and await session.scalar(_ANY_PENDING, _agent_params(scope))
             await session.commit()
         return result, context, bool(more)
 
@@ -312,6 +310,7 @@ class Engine:
                 replies = await self.outbox.take_replies(event_id)
             else:
                 fresh = event_id in results  # handled by this drain: nobody posted yet
+                await self.activity.quiet()  # acknowledgements first
                 replies = await self.outbox.deliver(scope, event_id, send, fresh)
             return Exchange(event_id, replies, results.get(event_id))
 

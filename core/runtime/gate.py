@@ -11,14 +11,18 @@ keeps its turns one at a time; this keeps a process from asking for its own clai
 
 Turns' transactions take at most `slots` connections at once (half the pool in `companion
 run`): however many members are answered at once, storing a new event (what a platform's
-acknowledgement waits for), deliveries and /readyz always find a connection.
+acknowledgement waits for), deliveries and /readyz always find a connection. Before each of
+its transactions a turn also gives way to requests waiting for their acknowledgement
+(`yield_to`: the engine's `Activity.quiet`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+
+YieldTo = Callable[[], Awaitable[None]]  # what a turn waits for before each transaction
 
 
 class Slot:
@@ -26,11 +30,14 @@ class Slot:
     does nothing when already done, so a cancelled wait never gives back what it never
     took)."""
 
-    def __init__(self, slots: asyncio.Semaphore) -> None:
+    def __init__(self, slots: asyncio.Semaphore, yield_to: YieldTo | None = None) -> None:
         self._slots, self.held = slots, False
+        self._yield_to = yield_to
 
     async def take(self) -> None:
         if not self.held:
+            if self._yield_to is not None:
+                await self._yield_to()
             await self._slots.acquire()
             self.held = True
 
@@ -41,12 +48,13 @@ class Slot:
 
 
 class TurnGate:
-    def __init__(self, slots: int = 5) -> None:
+    def __init__(self, slots: int = 5, yield_to: YieldTo | None = None) -> None:
         self._agents: dict[int, tuple[asyncio.Lock, int]] = {}  # agent -> (lock, users)
         self._slots = asyncio.Semaphore(max(1, slots))
+        self._yield_to = yield_to
 
     def slot(self) -> Slot:
-        return Slot(self._slots)
+        return Slot(self._slots, self._yield_to)
 
     @asynccontextmanager
     async def turn(self, agent_id: int) -> AsyncIterator[None]:

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import within_ceilings
 from core.errors import ClaimLost, ModelError, ModelTimeout, ModelUnavailable
-from core.events import EventKind, EventStatus, trigger_fields
+from core.events import EventKind, EventStatus, purpose_of, trigger_fields
 from core.memory.mind import Mind, TurnResult
 from core.memory.store import AgentStore
 from core.memory.turn import Turn
@@ -107,7 +107,7 @@ class Handler:
         for text in replies:  # the turn saved its own replies; these are the engine's
             await store.add_outbox(text, event.id, now)
         event.status, event.error, event.processed_at = status, result.error, now
-        purpose = (event.payload.get("meta") or {}).get("purpose")
+        purpose = purpose_of(event.payload)
         store.seal()  # with the schedule's changes to the row, in one UPDATE
         after_event(
             agent,

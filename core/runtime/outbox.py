@@ -3,85 +3,75 @@
     deliver(scope, event_id, send, fresh)  send an event's replies through the channel of
                                   `scope`'s member, each locked while sent, marked after; a
                                   reply of any other agent is refused (logged, never sent).
-                                  With `platforms` set, the member's earlier replies still
-                                  waiting go first, back where each was asked
-    redeliver(older_than, platforms)  retry replies that did not go out (platform down, crash)
+                                  The member's earlier replies still waiting go first, back
+                                  where each was asked (through `Platforms`)
+    redeliver(older_than)         retry replies that did not go out (platform down, crash)
     undelivered(event_id)         what is still waiting for an event
     take_replies(event_id)        take an event's replies (the terminal shows them at once)
-    take_waiting(scope)           take replies nobody took: openers for a terminal member,
-                                  replies whose sender crashed
+    take_waiting(scope)           take replies nobody took: openers for a member no platform
+                                  reaches (a chat front end shows them), replies whose
+                                  sender crashed
 
-    posting()                     inside a `Send`: the reply being sent (see `Posting`)
-
-The engine owns one `Outbox` (`engine.outbox`); front ends deliver through it.
+The engine owns one `Outbox` (`engine.outbox`), built with the engine's `Platforms`: the
+routes to members outside a live handler, and which platforms this process reaches (only
+their tenants' replies are retried here; the rest wait for a process that reaches them, or
+for the member's next chat). Front ends deliver through it.
 
 Seen once: a process killed after a post went out but before the reply was marked leaves a
-reply that looks unsent. Every send runs with a `Posting` in context: its `key` names the
-reply, and `since` is set on every attempt but the first (the one right after the turn that
-wrote it), meaning "an earlier attempt may have posted this since then". A platform that can
-(Slack: message metadata; Discord: the bot's own messages and nonces) tags each post with the
-key and, when `since` is set, looks for its own tagged posts first and sends only the parts
-not found. The check is the platform's; where it cannot look, the reply goes out again.
+reply that looks unsent. Every send is given a `Posting`: its `key` names the reply, and
+`since` is set on every attempt but the first (the one right after the turn that wrote it),
+meaning "an earlier attempt may have posted this since then". A platform that can tags each
+post with the key and, when `since` is set, looks for its own tagged posts first and sends
+only the parts not found (the adapters' one posting loop). Where it cannot look, the reply
+goes out again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, false, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from core.errors import NoPlatform
 from core.events import EventKind
 from core.models import Agent, Event, Reply, Tenant, User
-from core.ports import Platforms, Send
+from core.ports import Platforms, Posting, Send
 from core.scope import Scope
+from core.tenant_key import TenantKey
 
 log = logging.getLogger(__name__)
 MAX_DELIVERY_ATTEMPTS = 10
 
 
-@dataclass(frozen=True)
-class Posting:
-    """The reply a `Send` is sending: `key` names it (the same on every attempt); `since`,
-    when set, says an earlier attempt may have posted it (or some of its parts) since then."""
-
-    key: str
-    since: datetime | None = None
+def _posting(reply: Reply, first: bool) -> Posting:
+    """What a send of `reply` is told: after its first attempt, that it may be out already."""
+    return Posting(f"r{reply.id}", None if first and reply.attempts == 0 else reply.created_at)
 
 
-_POSTING: ContextVar[Posting | None] = ContextVar("companion_posting", default=None)
-
-
-def posting() -> Posting | None:
-    """The reply being sent, for a `Send` that makes its posts idempotent (None elsewhere)."""
-    return _POSTING.get()
-
-
-@contextmanager
-def _sending(reply: Reply, first: bool) -> Iterator[None]:
-    since = None if first and reply.attempts == 0 else reply.created_at
-    token = _POSTING.set(Posting(f"r{reply.id}", since))
-    try:
-        yield
-    finally:
-        _POSTING.reset(token)
+def _reached(platforms: Platforms) -> Any:
+    """A condition on `Tenant.key`: a tenant of a platform this process reaches."""
+    served = sorted(platforms.served())
+    return or_(
+        false(), *(Tenant.key.startswith(TenantKey.prefix(p), autoescape=True) for p in served)
+    )
 
 
 class Outbox:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], clock: Callable[[], datetime]
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        clock: Callable[[], datetime],
+        platforms: Platforms,
     ) -> None:
         self.sessions = sessions
         self.clock = clock
-        # Set by a process serving platforms: how to reach a member outside a live handler,
-        # so that answers go out in the order the member wrote (see `_earlier_first`).
-        self.platforms: Platforms | None = None
+        # How to reach a member outside a live handler: retries, and answers that go out in
+        # the order the member wrote (see `_earlier_first`).
+        self.platforms = platforms
 
     async def deliver(
         self, scope: Scope, event_id: int, send: Send, fresh: bool = False
@@ -97,24 +87,24 @@ class Outbox:
         the retry sweep, a second process) never send the same reply twice. A send that
         fails is counted on the reply and raised; the reply stays for the next attempt.
         """
-        await self._earlier_first(scope, event_id)
         sent: list[str] = []
+        look_back = bool(self.platforms.served())
         more = True
         while more:
             async with self.sessions() as session, session.begin():
+                # The member's earlier replies still waiting go first (`_earlier_first`).
+                # Unlocked, in the transaction that takes the first reply: almost always
+                # none waits, and then that costs one query, not a transaction of its own.
+                if look_back:
+                    look_back = False
+                    reached = _reached(self.platforms)
+                    waiting = await session.execute(_earlier(scope, event_id, reached))
+                    if waiting.first() is not None:
+                        await self._earlier_first(scope, event_id)
+                        continue
                 # Two at a time: when only one is left, no transaction is needed to find
                 # that none is (the turn wrote all of its replies before it committed).
-                found = await session.scalars(
-                    select(Reply)
-                    .where(
-                        Reply.event_id == event_id,
-                        Reply.delivered_at.is_(None),
-                        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-                    )
-                    .order_by(Reply.id)
-                    .limit(2)
-                    .with_for_update(skip_locked=True)
-                )
+                found = await session.scalars(_UNDELIVERED, {"event": event_id})
                 replies = list(found)
                 if not replies:
                     return sent
@@ -130,8 +120,7 @@ class Outbox:
                     )
                     return sent
                 try:
-                    with _sending(reply, first=fresh):
-                        await send(reply.text)
+                    await send(reply.text, _posting(reply, first=fresh))
                 except Exception as error:
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]
@@ -147,15 +136,17 @@ class Outbox:
         """The member's replies to earlier events that are still waiting go out first, in
         order, each back where it was asked: turns of one member run one at a time, but
         their handlers (in several processes, one of them perhaps killed) finish in any
-        order. A deliverer sending one of them holds its lock: this waits for it."""
-        if self.platforms is None:
+        order. A deliverer sending one of them holds its lock: this waits for it. Only
+        replies of a platform this process reaches can go first."""
+        if not self.platforms.served():
             return
+        earlier = _earlier(scope, event_id, _reached(self.platforms))
         while True:
             async with self.sessions() as session, session.begin():
                 # Unlocked first: almost always nothing waits, and that costs one query.
-                if (await session.execute(_earlier(scope, event_id))).first() is None:
+                if (await session.execute(earlier)).first() is None:
                     return
-                locked = _earlier(scope, event_id).with_for_update(of=Reply)
+                locked = earlier.with_for_update(of=Reply)
                 found = (await session.execute(locked)).first()
                 if found is None:
                     # Under FOR UPDATE with LIMIT, a row another deliverer just sent drops
@@ -164,8 +155,10 @@ class Outbox:
                 reply, tenant, user, payload = found
                 try:
                     send = self.platforms.reply_route(tenant, user, payload.get("meta") or {})
-                    with _sending(reply, first=False):
-                        await send(reply.text)
+                except NoPlatform:  # not reached from here after all: it cannot go first
+                    return
+                try:
+                    await send(reply.text, _posting(reply, first=False))
                 except Exception as error:  # that channel is down: ours may not be
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]
@@ -173,12 +166,13 @@ class Outbox:
                     return
                 reply.delivered_at = self.clock()
 
-    async def redeliver(self, older_than: timedelta, platforms: Platforms) -> tuple[int, int]:
-        """Retry replies that did not go out (platform down, process killed after the turn).
-
-        `platforms.reply_route(tenant, user, meta)` sends back where the member wrote. Returns
-        (events delivered, events still failing).
+    async def redeliver(self, older_than: timedelta) -> tuple[int, int]:
+        """Retry replies that did not go out (platform down, process killed after the turn),
+        of the tenants of platforms this process reaches, back where the member wrote
+        (`Platforms.reply_route`). Returns (events delivered, events still failing).
         """
+        if not self.platforms.served():
+            return 0, 0
         cutoff = self.clock() - older_than
         async with self.sessions() as session:
             rows = (
@@ -199,7 +193,7 @@ class Outbox:
                         Reply.delivered_at.is_(None),
                         Reply.attempts < MAX_DELIVERY_ATTEMPTS,
                         Reply.created_at <= cutoff,
-                        Tenant.key != "local",
+                        _reached(self.platforms),
                         Tenant.departed_at.is_(None),  # the platform removed the bot
                     )
                     .distinct()
@@ -209,7 +203,7 @@ class Outbox:
         done = failing = 0
         for event_id, tenant_id, agent_id, tenant, user, payload in rows:
             try:
-                route = platforms.reply_route(tenant, user, payload.get("meta") or {})
+                route = self.platforms.reply_route(tenant, user, payload.get("meta") or {})
                 await self.deliver(Scope(tenant_id, agent_id), event_id, route)
                 done += 1
             except Exception:
@@ -288,8 +282,22 @@ class Outbox:
             return [text for _, text in sorted(rows.all())]
 
 
-def _earlier(scope: Scope, event_id: int) -> Any:
-    """The oldest reply still waiting to one of the member's events before `event_id`."""
+_UNDELIVERED = (  # an event's next two replies to send, built once
+    select(Reply)
+    .where(
+        Reply.event_id == bindparam("event"),
+        Reply.delivered_at.is_(None),
+        Reply.attempts < MAX_DELIVERY_ATTEMPTS,
+    )
+    .order_by(Reply.id)
+    .limit(2)
+    .with_for_update(skip_locked=True)
+)
+
+
+def _earlier(scope: Scope, event_id: int, reached: Any) -> Any:
+    """The oldest reply still waiting to one of the member's events before `event_id`, when
+    the member's tenant is `reached`."""
     return (
         select(Reply, Tenant.key, User.external_id, Event.payload)
         .join(Event, Event.id == Reply.event_id)
@@ -302,7 +310,7 @@ def _earlier(scope: Scope, event_id: int) -> Any:
             Reply.event_id < event_id,
             Reply.delivered_at.is_(None),
             Reply.attempts < MAX_DELIVERY_ATTEMPTS,
-            Tenant.key != "local",
+            reached,
         )
         .order_by(Reply.id)
         .limit(1)

@@ -32,9 +32,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import within_ceilings
 from core.errors import ImagesRefused, UploadRejected
 from core.events import EventKind, EventStatus, InboundEvent
-from core.members.documents import upload_name
+from core.memory.documents import upload_name
+from core.memory.mind import CallPurpose, CallUsage, Mind
 from core.memory.store import AgentStore
-from core.memory.turn import CallUsage, Mind
 from core.models import Agent, Event, Meta, Tenant, User
 from core.runtime.budgets import over_budget
 from core.scope import Scope, enter_scope
@@ -187,7 +187,7 @@ class Pictures:
         completion = await self.mind.model.complete(messages, None, 300)
         text = " ".join((completion.content or "").split())[:MAX_DESCRIPTION_CHARS]
         usage = CallUsage(
-            "picture",
+            CallPurpose.PICTURE,
             completion.prompt_tokens or 0,
             completion.cached_tokens or 0,
             completion.completion_tokens or 0,

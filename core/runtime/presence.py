@@ -9,10 +9,11 @@ clock to trust.
     presence.claim(agent_id)          take the agent (a `Claim`), or None: another process
                                       is working on it
     presence.release(claim)           let it go
-    presence.confirm(session, claim)  in a turn's own transaction: is the claim still held?
-                                      (`ClaimLost` if not: the presence connection was lost,
-                                      say by a database restart, and another process may
-                                      have taken the agent meanwhile)
+    presence.enter(session, scope, claim)  a turn's transaction enters the member's scope
+                                      and confirms the claim is still held, in one
+                                      statement (`ClaimLost` if not: the presence
+                                      connection was lost, say by a database restart, and
+                                      another process may have taken the agent meanwhile)
 
 The presence connection is opened on first use, used by one caller at a time, and opened
 again after a loss; claims made on the lost one are gone with it.
@@ -36,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from core.errors import ClaimLost
 from core.memory.store import AgentStore
 from core.runtime.gate import Slot
-from core.scope import enter_scope
+from core.scope import Scope
 from core.stopping import stop_within
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,13 @@ log = logging.getLogger(__name__)
 # The advisory lock of agent N is (TURNS, N): Postgres's two-key form, apart from the
 # single-key locks of the embedding worker and migrations.
 TURNS = 0x434F4D50  # "COMP"
+
+
+_ENTER_CONFIRMED = text(
+    "SELECT companion_enter(:tenant, :agent), EXISTS (SELECT 1 FROM pg_locks "
+    "WHERE locktype = 'advisory' AND classid = :turns AND objid = :key AND objsubid = 2 "
+    "AND pid = :backend AND granted)"
+)
 
 
 def _key(agent_id: int) -> int:
@@ -101,18 +109,14 @@ class Presence:
             except (DBAPIError, InterfaceError, OSError):
                 await self._lost()
 
-    async def confirm(self, session: AsyncSession, claim: Claim) -> None:
-        """Raise `ClaimLost` unless the claim's lock is still held (a turn asks this in each
-        of its transactions, on its own connection)."""
-        held = await session.scalar(
-            text(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' "
-                "AND classid = :turns AND objid = :agent AND objsubid = 2 "
-                "AND pid = :backend AND granted)"
-            ),
-            {"turns": TURNS, "agent": _key(claim.agent_id), "backend": claim.backend},
-        )
-        if not held:
+    async def enter(self, session: AsyncSession, scope: Scope, claim: Claim) -> None:
+        """`enter_scope` for a turn's transaction, which also asks whether the claim's lock
+        is still held (on the turn's own connection): `ClaimLost` if not. One round trip,
+        where two statements took two (a turn has two or more transactions per event)."""
+        params = {"tenant": scope.tenant_id, "agent": scope.agent_id}
+        params.update(turns=TURNS, key=_key(claim.agent_id), backend=claim.backend)
+        row = (await session.execute(_ENTER_CONFIRMED, params)).first()
+        if row is None or not row[1]:
             raise ClaimLost(claim.agent_id)
 
     async def close(self) -> None:
@@ -173,7 +177,6 @@ class Checkpoint:
             await self.resume()
 
     async def resume(self) -> None:
-        """A new transaction of the turn, as its first did: scope, row lock, claim."""
-        await enter_scope(self.session, self.store.scope)
+        """A new transaction of the turn, as its first did: scope and claim, row lock."""
+        await self.presence.enter(self.session, self.store.scope, self.claim)
         await self.store.relock()
-        await self.presence.confirm(self.session, self.claim)

@@ -1,22 +1,25 @@
-"""What is already stored, and from where: for a platform that never sends an event twice.
+"""What is already stored, and from where: for a platform that does not send an event again.
 
-Discord does not redeliver a message the bot missed (the process was down, or died between
-receiving and storing it). What it offers instead is reading a channel back. These queries
-say where to start reading and which of the messages read back are already stored.
+A platform that does not redeliver a message the bot missed (the process was down, or died
+between receiving and storing it) may offer instead to read a place back (a channel). These
+queries say where to start reading and which of the messages read back are already stored.
+Core knows no platform: the adapter names the keys of its events' meta (`Places`) and the
+prefix of its tenants' keys.
 
-    newest_per_channel(prefix, since)  per channel named in stored events' meta
-                                       (`channel_id`, `message_id`): the newest message id,
-                                       and the server it is in (`guild_id`; None: a DM), so
-                                       a process reads back only its own servers' channels
+    newest_per_place(prefix, since, keys)  per place named in stored events' meta: the
+                                       newest position stored there (a whole number that
+                                       grows with time) and the group holding the place (or
+                                       None), so a process reads back only its own groups'
     stored(key)                        whether a message with this dedup key was taken (in any
-                                       state): Slack asks it of a thread's first message
+                                       state), whoever's it is
     settled(keys)                      which of these dedup keys are stored already, not
                                        held for their files (a held one is worth reading again)
     held(prefix)                       messages still held for their files: after a restart,
                                        nobody is fetching them any more
 
-Both look across every tenant whose key starts with the platform's prefix, as the
-connection's own role (like `Engine.resume`).
+They look across every tenant whose key starts with the platform's prefix, as the
+connection's own role (like `Engine.resume`); the dedup key and held lookups are served by
+their own indexes (migration 0030).
 """
 
 from __future__ import annotations
@@ -33,38 +36,48 @@ from core.events import EventStatus
 from core.models import Event, Tenant
 from core.scope import Scope
 
+WHOLE_NUMBER = "^[0-9]{1,19}$"  # a position that fits a bigint; anything else is not read
+
+
+@dataclass(frozen=True)
+class Places:
+    """The keys of a platform's event meta that say where a message was written."""
+
+    place: str  # where (a channel)
+    position: str  # the message's position there: a whole number that grows with time
+    group: str  # what holds the place (a server); absent for a place of its own (a DM)
+
 
 @dataclass(frozen=True)
 class Newest:
-    message_id: int  # the newest message stored from the channel
-    guild_id: int | None  # the server the channel is in; None: a direct message
+    position: int  # the newest position stored from the place
+    group: str | None  # the group holding the place, as stored; None: none
 
 
 class Seen:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
 
-    async def newest_per_channel(self, tenant_prefix: str, since: datetime) -> dict[str, Newest]:
+    async def newest_per_place(
+        self, tenant_prefix: str, since: datetime, keys: Places
+    ) -> dict[str, Newest]:
         meta = Event.payload["meta"]
-        channel = meta["channel_id"].astext
-        guild = func.max(meta["guild_id"].astext)  # one per channel
-        newest = func.max(cast(meta["message_id"].astext, BigInteger))
+        place = meta[keys.place].astext
+        group = func.max(meta[keys.group].astext)  # one per place
+        newest = func.max(cast(meta[keys.position].astext, BigInteger))
         async with self.sessions() as session:
             rows = await session.execute(
-                select(channel, newest, guild)
+                select(place, newest, group)
                 .join(Tenant, Tenant.id == Event.tenant_id)
                 .where(
                     Tenant.key.startswith(tenant_prefix, autoescape=True),
                     Event.created_at >= since,
-                    channel.is_not(None),
-                    meta["message_id"].astext.regexp_match("^[0-9]{1,19}$"),
+                    place.is_not(None),
+                    meta[keys.position].astext.regexp_match(WHOLE_NUMBER),
                 )
-                .group_by(channel)
+                .group_by(place)
             )
-            return {
-                str(c): Newest(int(m), int(g) if g and g.isdigit() else None)
-                for c, m, g in rows.all()
-            }
+            return {str(p): Newest(int(n), g) for p, n, g in rows.all()}
 
     async def stored(self, key: str) -> bool:
         async with self.sessions() as session:

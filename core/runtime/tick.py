@@ -1,6 +1,6 @@
 """One scheduler pass: claim what is due, let each claimed agent think, deliver openers.
 
-    tick(engine, now, platforms) -> TickReport
+    tick(engine, now) -> TickReport    openers go out through `engine.platforms`
     preview(engine, now) -> Claims     what a pass at `now` would claim; nothing changes
 
 The claims themselves (what is due, locked with SKIP LOCKED, one scheduled event each) are
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.errors import NoPlatform
-from core.ports import Platforms
+from core.events import Purpose
 from core.runtime.engine import Engine
 from core.schedule.planning import Claim, Claims, claim_due
 
@@ -32,11 +32,12 @@ class TickReport:
     undelivered: int = 0
 
 
-async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None) -> TickReport:
+async def tick(engine: Engine, now: datetime) -> TickReport:
     """One scheduler pass at `now`: claim what is due, run each agent, deliver openers.
 
-    Openers go as direct messages on the member's platform; without `platforms` (or when
-    sending fails) an opener waits in the outbox and shows the next time the member chats.
+    Openers go as direct messages on the member's platform (`engine.platforms`), after the
+    member's earlier replies that still wait; where no platform served here reaches the
+    member (or sending fails), an opener waits in the outbox and shows at their next chat.
     """
     async with engine.sessions() as session, session.begin():
         found = await claim_due(session, now, engine.mind.config.schedule)
@@ -44,24 +45,22 @@ async def tick(engine: Engine, now: datetime, platforms: Platforms | None = None
     # The claimed agents think side by side: the model's own bound on calls in flight
     # (COMPANION_MODEL_CONCURRENCY) and the engine's share of the pool hold them, as they
     # hold members' turns; one slow opener no longer delays the rest.
-    outcomes = await asyncio.gather(*(_run(engine, claim, platforms) for claim in found.claimed))
+    outcomes = await asyncio.gather(*(_run(engine, claim) for claim in found.claimed))
     for outcome in outcomes:
         if outcome is not None:
             setattr(report, outcome, getattr(report, outcome) + 1)
     return report
 
 
-async def _run(engine: Engine, claim: Claim, platforms: Platforms | None) -> str | None:
+async def _run(engine: Engine, claim: Claim) -> str | None:
     """One claimed agent's scheduled event, handled; for an opener, what became of it:
     "sent", "silent" (the agent chose to say nothing) or "undelivered"."""
     handled = await engine.see_through(claim.scope, claim.event_id)
-    if claim.purpose != "opener":
+    if claim.purpose is not Purpose.OPENER:
         return None
     if not await engine.outbox.undelivered(claim.event_id):
         return "silent"
-    if platforms is None:
-        return "undelivered"
-    sent = await _deliver(engine, claim, platforms, claim.event_id in handled)
+    sent = await _deliver(engine, claim, claim.event_id in handled)
     return "sent" if sent else "undelivered"
 
 
@@ -76,9 +75,9 @@ async def preview(engine: Engine, now: datetime) -> Claims:
             await transaction.rollback()
 
 
-async def _deliver(engine: Engine, claim: Claim, platforms: Platforms, fresh: bool) -> bool:
+async def _deliver(engine: Engine, claim: Claim, fresh: bool) -> bool:
     try:
-        route = platforms.direct(claim.tenant, claim.user)
+        route = engine.platforms.direct(claim.tenant, claim.user)
         await engine.outbox.deliver(claim.scope, claim.event_id, route, fresh)
     except NoPlatform:  # e.g. the terminal: it waits for the member's next chat
         return False

@@ -23,13 +23,13 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.config import ScheduleConfig
 from core.directory import member_of
-from core.events import EventKind, InboundEvent
+from core.events import EventKind, InboundEvent, Purpose
 from core.models import Agent, Event, Tenant, User
 from core.schedule.policy import (
     OpenerHistory,
     Plan,
-    ScheduleConfig,
     catch_up,
     jitter_for,
     next_opener,
@@ -65,7 +65,7 @@ class Claim:
     event_id: int
     tenant: str
     user: str
-    purpose: str  # "opener" | "upkeep"
+    purpose: Purpose
 
 
 def _ago(then: datetime | None, now: datetime) -> str:
@@ -96,7 +96,7 @@ def after_event(
     tenant: Tenant,
     user: User,
     kind: str,
-    purpose: str | None,
+    purpose: Purpose | None,
     replied: bool,
     now: datetime,
     config: ScheduleConfig,
@@ -107,7 +107,7 @@ def after_event(
         agent.openers_unanswered = 0
         if (tenant.settings or {}).get("upkeep", config.upkeep):
             agent.next_upkeep_at = now + config.upkeep_idle
-    elif purpose == "opener" and replied:
+    elif purpose is Purpose.OPENER and replied:
         agent.last_opener_at = now
         agent.openers_unanswered += 1
     agent.next_opener_at = plan_with(agent, tenant, user, config).at
@@ -118,7 +118,7 @@ async def _claim(
     agent: Agent,
     tenant: Tenant,
     user: User,
-    purpose: str,
+    purpose: Purpose,
     text: str,
     key: str,
     now: datetime,
@@ -147,7 +147,7 @@ async def _due(
     session: AsyncSession, column: Any, now: datetime, batch: int
 ) -> list[tuple[Agent, Tenant, User]]:
     """Agents whose `column` time has come, locked; rows another process holds are skipped.
-    A community the platform removed the bot from waits (core.members.tenancy)."""
+    A community the platform removed the bot from waits (core.tenants.tenancy)."""
     departed = select(Tenant.id).where(Tenant.departed_at.is_not(None))
     agents = await session.scalars(
         select(Agent)
@@ -184,7 +184,14 @@ async def _claim_opener(
     local = now.astimezone(ZoneInfo(user.timezone)).strftime("%A %d %B %H:%M")
     text = OPENER.format(local=local, zone=user.timezone, ago=_ago(agent.last_active_at, now))
     return await _claim(
-        session, agent, tenant, user, "opener", text, f"opener:{agent.id}:{due.isoformat()}", now
+        session,
+        agent,
+        tenant,
+        user,
+        Purpose.OPENER,
+        text,
+        f"opener:{agent.id}:{due.isoformat()}",
+        now,
     )
 
 
@@ -199,6 +206,6 @@ async def claim_due(session: AsyncSession, now: datetime, config: ScheduleConfig
     for agent, tenant, user in await _due(session, Agent.next_upkeep_at, now, config.batch):
         key = f"upkeep:{agent.id}:{agent.next_upkeep_at.isoformat()}"  # type: ignore[union-attr]
         agent.next_upkeep_at = None
-        claims.append(await _claim(session, agent, tenant, user, "upkeep", UPKEEP, key, now))
+        claims.append(await _claim(session, agent, tenant, user, Purpose.UPKEEP, UPKEEP, key, now))
     found.claimed = [claim for claim in claims if claim is not None]
     return found

@@ -17,17 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-
-@dataclass(frozen=True)
-class OpenerPolicy:
-    enabled: bool = True
-    inactivity: timedelta = timedelta(days=3)
-    jitter: timedelta = timedelta(hours=6)
-    min_gap: timedelta = timedelta(days=1)
-    max_unanswered: int = 1
-    quiet_start: time = time(22, 0)
-    quiet_end: time = time(9, 0)
-    timezone: str = "UTC"
+from core.config import OpenerPolicy
 
 
 @dataclass(frozen=True)
@@ -113,18 +103,6 @@ def catch_up(
 def _days(delta: timedelta) -> str:
     hours = delta.total_seconds() / 3600
     return f"{hours / 24:g} days" if hours >= 24 else f"{hours:g} hours"
-
-
-@dataclass(frozen=True)
-class ScheduleConfig:
-    """Deployment defaults for scheduled interrupts; tenants and members override some."""
-
-    openers: OpenerPolicy = OpenerPolicy()
-    upkeep: bool = False
-    upkeep_idle: timedelta = timedelta(hours=2)
-    upkeep_steps: int = 4
-    batch: int = 20  # the most interrupts one process claims in one tick
-    catch_up_spread: timedelta = timedelta(hours=3)
 
 
 def policy_for(

@@ -12,6 +12,7 @@ revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # builds events_agent_time over every event, writes to events waiting
 
 
 def upgrade() -> None:

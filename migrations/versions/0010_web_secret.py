@@ -2,7 +2,7 @@
 
 `meta.secret_key` signs sign-in links unless COMPANION_SECRET_KEY is set; it is generated
 here, once. `web_sessions` holds the hash of each signed-in browser's token (see
-`core.members.access`).
+`core.tenants.access`).
 
 Revision ID: 0010
 Revises: 0009

@@ -18,6 +18,7 @@ revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # builds vector and order indexes over every message and passage
 
 
 def upgrade() -> None:

@@ -8,7 +8,7 @@ tokens, not member data: no row-level security, no member policy (the installati
 looked up from Slack's team id before any member is known).
 
 `tenants.departed_at`: when the workspace removed the app (or revoked its bot token). Its
-memory is kept for a grace period (core/members/tenancy.py), then erased.
+memory is kept for a grace period (core/tenants/tenancy.py), then erased.
 
 Revision ID: 0016
 Revises: 0015

@@ -31,6 +31,7 @@ revision = "0017"
 down_revision = "0016"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # rebuilds every key of every member table
 
 BY_ID = ("users", "agents", "messages", "summaries", "passages", "events", "outbox", "audit_log")
 INDEXED_ID = ("users", "agents", "messages", "summaries", "passages", "events", "outbox")

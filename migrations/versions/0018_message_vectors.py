@@ -33,6 +33,7 @@ revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # moves every message's vector into message_vectors
 
 AGENT = "NULLIF(current_setting('companion.agent_id', true), '')::bigint"
 TENANT = "NULLIF(current_setting('companion.tenant_id', true), '')::bigint"

@@ -12,7 +12,7 @@ full-precision index past 2,000). Measured on the dev file of LoCoMo, recall is 
 (R@5 / R@25 70.3 / 86.9 all but adversarial, before and after), and at 100k messages the
 100-neighbour search takes the same time (bench/README.md, "Half-precision indexes").
 Searches order by the same expression (core.memory.search); a re-embedding run rebuilds the
-indexes for its size (core.members.reembed).
+indexes for its size (core.memory.reembed).
 
 The upgrade rebuilds both indexes: minutes for millions of vectors, and writes to the two
 tables wait meanwhile (stop the replicas while it runs, as for every migration).
@@ -29,6 +29,7 @@ revision = "0020"
 down_revision = "0019"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # rebuilds the vector indexes
 
 INDEXES = (("message_vectors", "message_vectors_embedding"), ("passages", "passages_embedding"))
 

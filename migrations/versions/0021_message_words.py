@@ -33,6 +33,7 @@ revision = "0021"
 down_revision = "0020"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # lists the words of every message
 
 AGENT = "NULLIF(current_setting('companion.agent_id', true), '')::bigint"
 TENANT = "NULLIF(current_setting('companion.tenant_id', true), '')::bigint"

@@ -26,6 +26,7 @@ revision = "0022"
 down_revision = "0021"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # lists the words of every passage
 
 AGENT = "NULLIF(current_setting('companion.agent_id', true), '')::bigint"
 TENANT = "NULLIF(current_setting('companion.tenant_id', true), '')::bigint"

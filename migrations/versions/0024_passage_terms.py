@@ -24,6 +24,7 @@ revision = "0024"
 down_revision = "0023"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # counts the words of every passage
 
 AGENT = "NULLIF(current_setting('companion.agent_id', true), '')::bigint"
 TENANT = "NULLIF(current_setting('companion.tenant_id', true), '')::bigint"

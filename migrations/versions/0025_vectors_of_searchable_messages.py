@@ -22,6 +22,7 @@ revision = "0025"
 down_revision = "0024"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # reads every message vector
 
 
 def upgrade() -> None:

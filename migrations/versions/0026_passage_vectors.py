@@ -30,6 +30,7 @@ revision = "0026"
 down_revision = "0025"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # moves every passage's vector into passage_vectors
 
 AGENT = "NULLIF(current_setting('companion.agent_id', true), '')::bigint"
 TENANT = "NULLIF(current_setting('companion.tenant_id', true), '')::bigint"

@@ -30,6 +30,7 @@ revision = "0027"
 down_revision = "0026"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # rewrites both vector tables in half precision
 
 TABLES = (
     ("message_vectors", "message_vectors_embedding"),

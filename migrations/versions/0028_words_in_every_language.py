@@ -57,6 +57,7 @@ revision = "0028"
 down_revision = "0027"
 branch_labels = None
 depends_on = None
+rewrites_tables = True  # recomputes the words of every message and passage
 
 # The stemmers for Latin-script text, in the order that breaks a tie, with the common words
 # (as written, lower case) that say a text is in that language.

@@ -6,7 +6,7 @@
 (`Engine.resume`), replies that did not go out every minute once they are 30 s old
 (`REDELIVER_AFTER`), and the scheduler pass. A campaign cannot wait minutes per seed, so
 this process builds the same jobs with `bot.run.scheduler_running` (the product's code:
-whatever jobs it registers) and the REST-only router `companion tick` uses, and calls each
+whatever jobs it registers) and the REST-only platforms `companion tick` uses, and calls each
 job once, resume first. The only difference from the timer: the ages after which the
 product takes over work another process may still be doing (`AGE_LIMITS`, those that
 exist) are set to 0, because no other process is running.
@@ -21,8 +21,8 @@ from datetime import timedelta
 
 import bot.run as run_module
 from bot.app import open_app
-from bot.delivery import rest_router
 from bot.observability import configure_logging, log_options
+from bot.operator import rest_platforms
 from bot.settings import Settings
 
 FIRST = ("resume", "redeliver")
@@ -43,8 +43,8 @@ async def main() -> None:
     settings = Settings.from_env(os.environ)
     async with (
         open_app(settings) as app,
-        rest_router(app) as router,
-        run_module.scheduler_running(app, router) as scheduler,
+        rest_platforms(app),
+        run_module.scheduler_running(app) as scheduler,
     ):
         jobs = sorted(scheduler.get_jobs(), key=lambda j: FIRST.index(j.id) if j.id in FIRST else 9)
         for job in jobs:

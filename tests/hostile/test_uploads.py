@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-import core.members.documents as documents
+import core.memory.documents as documents
 import core.memory.tokens as tokens
 from adapters.common import SORRY
 from adapters.discord.posting import DISCORD_LIMIT
 from core.errors import UploadRejected
-from core.members.documents import MAX_UPLOAD_BYTES, chunk_text
+from core.memory.documents import MAX_UPLOAD_BYTES, chunk_text
 from core.models import Event, Passage
 from core.scope import Scope
 from tests.fake_discord import attachment
@@ -207,7 +207,9 @@ async def test_engine_upload(eng, module_fake, module_sessions, name):
         exchange = await eng.upload(scope, spec.name, data, dedup_key=f"up:{uid()}")
     except UploadRejected as refused:
         error = refused
-    assert time.perf_counter() - started < 3.0, "took too long"
+    # A guard against the pathological (a quadratic path once took minutes), not a speed
+    # target: those are in bench/, and a loaded machine may take a few seconds here.
+    assert time.perf_counter() - started < 30.0, "took minutes: a pathological path"
     await check_refused_or_stored(module_sessions, scope, spec, error)
     if error is None:
         assert exchange.replies and all(r.strip() for r in exchange.replies)

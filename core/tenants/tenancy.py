@@ -28,8 +28,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import end_sessions
-from core.members.audit import record
 from core.models import Tenant, User
+from core.tenants.audit import record
 
 GRACE = timedelta(days=30)
 RETENTION = "retention: {days} days after the platform removed the bot"
