@@ -5,8 +5,10 @@
 Each seed is one campaign (tests/chaos/campaign.py) on its own fresh schema of one embedded
 Postgres (or of --database-url): Slack in HTTP mode and Discord (a local gateway) through
 fakes, members of several tenants writing long, hostile and file-carrying messages, `import
---replace` while they talk, model errors, hangs and outages, platform errors and latencies,
-`companion run` SIGKILLed and SIGTERMed and started again, then the checks of
+--replace` while they talk, model errors, hangs and outages, the database restarted
+(fast or immediate stop, a backend killed), settings changed from two commands at once,
+platform errors and latencies, `companion run` SIGKILLed and SIGTERMed and started
+again, then the checks of
 tests/chaos/checks.py. The default knobs are `LONG` (tests/chaos/faults.py); --fast uses
 the test suite's `FAST`.
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import machine, revision, settings_block, table  # noqa: E402
 from bot.database import embedded_postgres  # noqa: E402
 from tests.chaos.campaign import fresh_schema, run_campaign  # noqa: E402
+from tests.chaos.database import Server  # noqa: E402
 from tests.chaos.faults import FAST, LONG  # noqa: E402
 from tests.chaos.report import Report  # noqa: E402
 
@@ -45,6 +48,8 @@ COLUMNS = [
     ("model calls", "calls"),
     ("model faults", "faults"),
     ("summary calls", "summaries"),
+    ("db restarts", "db restarts"),
+    ("settings told", "settings told"),
     ("max prompt", "max prompt"),
     ("seconds", "s"),
 ]
@@ -102,7 +107,10 @@ async def main() -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="companion-chaos-pg-") as data_dir:
             async with embedded_postgres(Path(data_dir)) as url:
+                server = await Server.of(url)
                 reports = await campaigns(args, url)
+                if server is not None:  # the campaigns restart it
+                    await server.stop_if_restarted()
     print()
     print(table(["seed", *(name for _, name in COLUMNS), "violations"], [row(r) for r in reports]))
     failing = [r for r in reports if r.violations]

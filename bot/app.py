@@ -37,6 +37,7 @@ from core.multilingual_embedder import MULTILINGUAL, MultilingualEmbedder, packa
 from core.ports import ChatModel, Completion, Embedder
 from core.runtime.engine import Engine, utcnow
 from core.runtime.pictures import Vision
+from core.stopping import stop_within
 from core.tenants.access import Access
 from core.tenants.tenancy import Tenancy
 from core.wire.health import WireHealth
@@ -87,7 +88,7 @@ class Endpoint:
 
     async def __aexit__(self, *exc: object) -> None:
         if self._client is not None:
-            await self._client.close()
+            await stop_within("the model endpoint's client", self._client.close())
 
 
 class LazyChat:

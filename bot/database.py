@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import (
 from bot import idle_stop, wall
 from bot.migrations import Progress, create_vector, migrate, migration_lock
 from core.errors import ConfigError
+from core.stopping import stop_within
 
 log = logging.getLogger(__name__)
 APP_ROLE = "companion_app"  # the ordinary role the embedded database is served as
@@ -230,7 +231,7 @@ async def open_database(
             held = await migrate(engine, embedding_dim, rewrite_tables, progress)
             yield async_sessionmaker(engine, expire_on_commit=False), held
         finally:
-            await engine.dispose()
+            await stop_within("the database pool", engine.dispose())
 
 
 @asynccontextmanager

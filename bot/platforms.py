@@ -30,6 +30,7 @@ from bot.health import Health
 from bot.rights import PlatformRights
 from bot.settings import DiscordShards
 from core.errors import ConfigError
+from core.stopping import cancel_within, stop_within
 
 log = logging.getLogger(__name__)
 FIRST_TRY_SECONDS = 15  # the check at start; after it, retries go on in the background
@@ -102,11 +103,9 @@ async def _connect(
 
 
 async def _stop(task: asyncio.Task[Any] | None) -> None:
-    if task is None:
-        return
-    task.cancel()
-    with suppress(asyncio.CancelledError, Exception):
-        await task
+    """Cancel a platform's background task; it gets STOP_SECONDS to end."""
+    if task is not None:
+        await cancel_within("a platform's background task", [task])
 
 
 # --- Slack -----------------------------------------------------------------------------------
@@ -361,6 +360,6 @@ async def discord_running(
     try:
         yield
     finally:
-        await client.close()
+        await stop_within("the Discord client", client.close())
         await _stop(task)
         await _stop(first)

@@ -156,3 +156,27 @@ async def test_an_answer_in_plain_words_after_an_outage_reaches_the_member(
         clock.advance(seconds=LONGEST_WAIT)
         await backlog(engine, slack, platforms)
         assert texts(slack) == [WAITING_NOTICE, "Here I am, sorry for the wait."]
+
+
+async def test_a_message_that_waited_is_answered_for_its_own_words_when_an_older_one_comes_late(
+    engine, fake, clock
+):
+    """Found by the chaos campaign, after a SIGKILL during an outage: a message held for its
+    files (the next process fetched them again) is older than one whose turn began and waited
+    for the model. The older one went first once the model was back, its words stored after
+    the waiting ones, and the waiting turn went on with the newest words of its prompt, not
+    its own: the member got the other message's answer twice and none to what they asked."""
+    fake.brain = default_brain
+    scope = await engine.agent("t", "ana")
+    with_files = InboundEvent(EventKind.USER_MESSAGE, "the photo shows my cat", "m1")
+    held = await engine.submit(scope, with_files, hold=True)
+    fake.down = 503
+    asked = InboundEvent(EventKind.USER_MESSAGE, "are you there?", "m2")
+    waiting = await engine.converse(scope, asked)
+    assert waiting.replies == [WAITING_NOTICE]
+    fake.down = None
+    clock.advance(seconds=LONGEST_WAIT)
+    await engine.release(scope, held)
+    await engine.resume()
+    assert await engine.outbox.take_replies(waiting.event_id) == ["You said: are you there?"]
+    assert await engine.outbox.take_replies(held) == ["You said: the photo shows my cat"]

@@ -35,6 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.errors import EmbeddingError
 from core.memory.ranking import Closeness
 from core.ports import Embedder, QueryEmbedder
+from core.stopping import cancel_within
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,6 @@ class EmbeddingWorker:
         trace: TracebackType | None,
         *rest: Any,
     ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is not None:  # a pass may be waiting on a database or an endpoint
+            await cancel_within("the embedding worker", [self._task])
             self._task = None

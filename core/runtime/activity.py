@@ -27,6 +27,8 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
+from core.stopping import cancel_within
+
 log = logging.getLogger(__name__)
 QUIET_LIMIT = 2.0  # seconds background work gives way to requests at one step, at most
 
@@ -111,7 +113,5 @@ class Activity:
         await self._idle.wait()
 
     async def cancel(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel the background work; each gets STOP_SECONDS to end."""
+        await cancel_within("work in progress", list(self._tasks))

@@ -5,7 +5,8 @@
     answer(scope, id)      see_through + hand over that event's replies (deliver or take)
     see_through(scope, id) drain until that event is handled (here or by the process that
                            has the agent), or waits for a model that is down
-    drain(scope)           handle the agent's pending events, oldest first, one at a time
+    drain(scope)           handle the agent's pending events one at a time: one whose turn
+                           began first, then oldest first
     converse(scope, text)  submit + answer: what a chat front end wants
     store_file(scope, f)   a shared file into archival memory, with its user-action event
     upload(scope, file)    store_file + answer
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent
@@ -46,7 +47,7 @@ from core.memory.embeddings import EmbeddingWorker
 from core.memory.store import AgentStore
 from core.memory.turn import Mind, TurnResult
 from core.memory.window import MainContext
-from core.models import Event
+from core.models import Event, Message
 from core.ports import NoPlatforms, Platforms, Send
 from core.runtime.activity import Activity
 from core.runtime.gate import Slot, TurnGate
@@ -87,12 +88,20 @@ def _pending(what: Any) -> Any:
     return select(what).where(mine, Event.status == EventStatus.PENDING).limit(1)
 
 
-_OLDEST_PENDING = _pending(Event).order_by(Event.id)
 _ANY_PENDING = _pending(Event.id)
 
 
 def _agent_params(scope: Scope) -> dict[str, int]:
     return {"tenant": scope.tenant_id, "agent": scope.agent_id}
+
+
+# The agent's pending event to handle next: one whose turn began (its words are in memory:
+# it waits for the model, or its process died) before any other, else the oldest. A turn
+# goes on from the end of the queue it left, answering the newest words there; an older
+# event that joined the pending ones later (held for its files, or stored by a transaction
+# that committed after a newer one's) must not put its words after them.
+_BEGUN = exists().where(Message.tenant_id == Event.tenant_id, Message.event_id == Event.id)
+_NEXT_PENDING = _pending(Event).order_by(_BEGUN.desc(), Event.id)
 
 
 class Engine:
@@ -269,7 +278,7 @@ class Engine:
             await self.presence.enter(session, scope, claim)
             store = AgentStore(session, scope, self.mind.config.max_message_tokens)
             agent = await store.lock_agent()
-            event = await session.scalar(_OLDEST_PENDING, _agent_params(scope))
+            event = await session.scalar(_NEXT_PENDING, _agent_params(scope))
             if event is None:
                 await session.commit()
                 return None

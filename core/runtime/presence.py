@@ -38,6 +38,7 @@ from core.errors import ClaimLost
 from core.memory.store import AgentStore
 from core.runtime.gate import Slot
 from core.scope import Scope
+from core.stopping import stop_within
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +120,13 @@ class Presence:
             raise ClaimLost(claim.agent_id)
 
     async def close(self) -> None:
+        """Let go of the presence connection (and every claim on it), within STOP_SECONDS:
+        a database that stopped answering does not keep the process from exiting."""
         async with self._use:
-            if self._connection is not None:
-                await self._connection.close()
-                self._connection = None
-                self._held.clear()
+            connection, self._connection = self._connection, None
+            self._held.clear()
+            if connection is not None:
+                await stop_within("the presence connection", connection.close())
 
     async def _connect(self) -> AsyncConnection:
         if self._connection is None:

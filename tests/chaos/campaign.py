@@ -7,7 +7,9 @@
 2. Traffic, for `knobs.seconds` from the moment the first `companion run` is ready: every
    member's items at their planned moments (Slack events retried until acknowledged;
    Discord messages to whatever session is live), `companion import --replace` of a member
-   while they talk, gateway drops, model outages, random latencies and errors everywhere.
+   while they talk, gateway drops, model outages, the database restarted (stopped fast or
+   immediately, or a backend killed), members changing two settings at the same moment,
+   random latencies and errors everywhere.
 3. Meanwhile `companion run` generations come and go: each lives its planned time and
    ends by SIGKILL or SIGTERM; the next starts at once. The one running when the traffic
    ends stays up.
@@ -25,12 +27,14 @@ import logging
 import random
 import socket
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from sqlalchemy import text
 
 from bot.database import make_engine, migrate, serve_as_app_role
 from tests.chaos import checks, report
+from tests.chaos.database import Server
 from tests.chaos.discord_api import ChaosDiscord, Gateway, World, dm_channel, member_message, user
 from tests.chaos.faults import Faults, Knobs
 from tests.chaos.model import Brain, Ledger
@@ -41,10 +45,13 @@ from tests.chaos.plan import (
     Item,
     Member,
     Plan,
+    Race,
+    Restart,
     import_doc,
     make_plan,
 )
 from tests.chaos.process import Generation, Processes
+from tests.chaos.settings import load_settings, send_race, settings_violations
 from tests.chaos.slack_api import SECRET, ChaosSlack, EventsApi
 from tests.conftest import SERVED, cli_env
 from tests.fake_discord import attachment
@@ -90,6 +97,8 @@ class Campaign:
         self.t0 = 0.0
         self.sending: list[asyncio.Task] = []  # the traffic, and messages sent before kills
         self.giving_up = float("inf")  # when Discord members stop waiting for the bot
+        self.server: Server | None = None  # the database, when this machine can restart it
+        self.restarted: list[tuple[float, float, str]] = []  # (from, to, mode), monotonic
 
     def env(self, slack: ChaosSlack, discord: ChaosDiscord, gateway: Gateway, port: int) -> dict:
         knobs = self.knobs
@@ -187,11 +196,30 @@ class Campaign:
             await self.at(offset)
             self.faults.outage(self.knobs.outage_seconds)
 
+        async def restart(planned: Restart) -> None:
+            if self.server is None:
+                return
+            await self.at(planned.at)
+            began = time.monotonic()
+            procs.database_up.clear()
+            procs.database_restarts += 1
+            try:
+                await self.server.restart(planned.mode, planned.down)
+            finally:
+                procs.database_up.set()
+            self.restarted.append((began, time.monotonic(), planned.mode))
+
+        async def race(planned: Race) -> None:
+            await self.at(planned.at)
+            await send_race(planned, events.url, events.api, gateway, discord)
+
         await asyncio.gather(
             *(one(i) for i in self.plan.items),
             *(one_import(o, m) for o, m in self.plan.imports),
             *(drop(o, k) for k, o in enumerate(self.plan.drops)),
             *(outage(o) for o in self.plan.outages),
+            *(restart(r) for r in self.plan.restarts),
+            *(race(r) for r in self.plan.races),
         )
 
     async def generations(
@@ -270,6 +298,8 @@ class Campaign:
         brain = Brain(self.faults, self.ledger, self.rng, self.knobs.model_timeout)
         db = make_engine(self.pg_url, schema=self.schema)
         port = free_port()
+        if self.knobs.pg_restarts:
+            self.server = await Server.of(self.pg_url)
         try:
             async with (
                 ChaosSlack(self.faults) as slack,
@@ -279,8 +309,12 @@ class Campaign:
                 self.set_up_members(slack, discord)
                 env = self.env(slack, discord, gateway, port)
                 procs = Processes(env, port, brain, db, self.workdir)
+                durable = self.server.durable_commits() if self.server else nullcontext()
                 try:
-                    async with EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events:
+                    async with (
+                        durable,
+                        EventsApi(slack, f"http://127.0.0.1:{port}/slack/events") as events,
+                    ):
                         first = await procs.start("run1")  # the traffic starts once it is up
                         self.t0 = time.monotonic()
                         traffic = self.traffic(events, discord, gateway, procs)
@@ -292,8 +326,10 @@ class Campaign:
                         task.cancel()
                     await procs.close()
                 stored = await checks.load(db)
+                saved = await load_settings(db)
                 records = report.records(slack, discord, self.plan.members)
                 result = report.verdict(self, procs, stored, records, gateway, events)
+                result.violations += settings_violations(self.plan.races, saved)
         finally:
             await db.dispose()
             quiet.setLevel(level)

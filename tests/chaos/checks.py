@@ -15,6 +15,9 @@ to a live gateway session), for each of its tags (its words, its file):
                   the member's agent cannot answer any more
     unanswered    words without a reply in the outbox, or handled (`done`) without the
                   model's `ack <tag>` in the member's channel
+    misanswered   words whose event's replies answer another of the member's messages
+                  (`ack <other tag>`): the turn went on from words that were not its own
+    answered_twice  `ack <tag>` shown more than once in the member's channel
     undelivered   a reply of its event still in the outbox
     not_shown     a reply marked delivered that the member's channel does not show
 
@@ -31,7 +34,8 @@ Across the campaign:
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +49,7 @@ from tests.chaos.plan import Item, Member
 from tests.chaos.process import Generation, ImportRun
 
 TAG_SQL = "#chaos/[a-z0-9]+/[a-z0-9]+#"
+ACKED = re.compile(r"ack (#chaos/[a-z0-9]+/[a-z0-9]+#)")  # the brain's answer to a tag
 HANDLED = ("done", "failed", "limited")  # an event's final statuses (core.events.EventStatus)
 DISCORD_LIMIT = 2000
 
@@ -256,6 +261,8 @@ class Checker:
             )
         if words and status == "done" and not self._answered_outside(member, mark):
             self.flag("unanswered", member.mid, mark, f"handled, but 'ack {mark}' never shown")
+        if words:
+            self._answered_once(member, mark, eid, replies)
         shown = collections.Counter(self.records.posts.get(member.channel, []))
         for body, delivered in replies:
             if not delivered:
@@ -267,6 +274,19 @@ class Checker:
                     mark,
                     f"marked delivered, not in the channel: {body[:60]!r}",
                 )
+
+    def _answered_once(
+        self, member: Member, mark: str, eid: int, replies: list[tuple[str, bool]]
+    ) -> None:
+        """The event's replies answer its own words, and the channel shows that answer once."""
+        others = {t for body, _ in replies for t in ACKED.findall(body)} - {mark}
+        if others:
+            self.flag("misanswered", member.mid, mark, f"event {eid} answered {sorted(others)}")
+        shown = [
+            p for p in self.records.posts.get(member.channel, []) if p.startswith(f"ack {mark}")
+        ]
+        if len(shown) > 1:
+            self.flag("answered_twice", member.mid, mark, f"'ack {mark}' shown {len(shown)} times")
 
 
 def model_violations(ledger: Ledger) -> list[Violation]:
@@ -296,12 +316,18 @@ def model_violations(ledger: Ledger) -> list[Violation]:
 
 
 def usage_violations(
-    generations: list[Generation], ledger: Ledger, stored: Stored, agent_of: dict[str, int]
+    generations: list[Generation],
+    ledger: Ledger,
+    stored: Stored,
+    agent_of: dict[str, int],
+    restarts: Sequence[tuple[float, float, str]] = (),
 ) -> tuple[list[Violation], int]:
     """Per process and member: the tokens `usage` grew by against what the model billed.
 
     Every call is the member's whose tags its prompt holds. A process that stopped cleanly
-    must have recorded exactly what it was billed. A killed one may have recorded less: the
+    must have recorded exactly what it was billed. A killed one (or one SIGTERMed that gave
+    up turns still running past its grace period, or one the database restarted under)
+    may have recorded less: the
     turns it was running roll back with their usage (and run again later), but only calls
     made after the start of the member's last turn it finished can belong to those. Calls
     that name no single member loosen the check by what they were billed. Returns the
@@ -310,6 +336,7 @@ def usage_violations(
     for gen in generations:
         start, end = gen.wall
         calls = ledger.of(gen.name)
+        cut_short = gen.ended_by == "SIGKILL" or gave_up_turns(gen) or lived_through(gen, restarts)
         loose = sum(c.billed for c in calls if c.member is None)
         for member in sorted({c.member for c in calls if c.member}):
             agent = agent_of.get(member, -1)
@@ -319,7 +346,7 @@ def usage_violations(
             finished = [t for t in stored.handled.get(agent, []) if start <= t <= end]
             since = max(finished, default=start)
             may_roll_back = sum(c.billed for c in mine if c.at >= since)
-            if gen.ended_by != "SIGKILL":
+            if not cut_short:
                 may_roll_back = 0
             if recorded > billed + loose or recorded < billed - may_roll_back - loose:
                 summaries = sum(c.billed for c in mine if c.summary)
@@ -337,14 +364,38 @@ def usage_violations(
                         ),
                     )
                 )
-            if gen.ended_by == "SIGKILL":
+            if cut_short:
                 cut += max(0, billed - recorded)
     return found, cut
 
 
-def process_violations(generations: list[Generation], imports: list[ImportRun]) -> list[Violation]:
+def lived_through(gen: Generation, restarts: Sequence[tuple[float, float, str]]) -> bool:
+    """Whether the database restarted while the process ran: the turns it was running then
+    lost their connection and rolled back, usage of their last calls with them."""
+    end = gen.ended_at or float("inf")
+    return any(gen.started <= until and begin <= end for begin, until, _ in restarts)
+
+
+def gave_up_turns(gen: Generation) -> bool:
+    """Whether a SIGTERMed process cancelled turns still running after its grace period
+    (a loaded machine): they roll back as a SIGKILL's do, and resume on the next start."""
+    if gen.ended_by != "SIGTERM" or not gen.log.exists():
+        return False
+    return "turns still running after" in gen.log.read_text(encoding="utf-8", errors="replace")
+
+
+def process_violations(
+    generations: list[Generation],
+    imports: list[ImportRun],
+    restarts: Sequence[tuple[float, float, str]] = (),
+) -> list[Violation]:
+    """Processes that were not ready or did not stop cleanly; imports that failed, but for
+    one that met a restart of the database and said so (the operator runs it again)."""
     found = [Violation("process", "*", "*", p) for g in generations for p in g.problems]
     for run in imports:
+        met_restart = any(run.started <= end and begin <= run.ended for begin, end, _ in restarts)
+        if met_restart and "the database failed" in run.stderr:
+            continue
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
             found.append(

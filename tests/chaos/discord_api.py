@@ -176,6 +176,14 @@ class Gateway:
         await self._dispatch(session, "MESSAGE_CREATE", payload)
         return True
 
+    async def interact(self, payload: dict[str, Any]) -> bool:
+        """Dispatch INTERACTION_CREATE (a slash command) to the live session, if any."""
+        session = self.live
+        if session is None or not self._is_live():
+            return False
+        await self._dispatch(session, "INTERACTION_CREATE", payload)
+        return True
+
     async def wait_live(self, until: float) -> None:
         """Until a bot session is live (or time.monotonic() passes `until`)."""
         left = until - time.monotonic()

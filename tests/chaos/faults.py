@@ -4,7 +4,8 @@
              for bench/chaos.py); frozen, printed with the results
     Faults   the fakes ask it before each answer: how long to wait, whether to fail.
              `calm()` turns every fault off for the end of a campaign (the settle phase);
-             `outage(seconds)` makes every model call fail for a while
+             `outage(seconds)` makes every model call fail for a while (Postgres restarts
+             and settings races are the plan's, tests/chaos/plan.py)
 
 Draws come from one `random.Random(seed)`; the processes and the event loop decide the
 order in which fakes ask, so a seed fixes the plan and the rates, not every single draw.
@@ -46,6 +47,11 @@ class Knobs:
     p_model_garbage: float = 0.03
     outages: int = 1  # windows where every model call fails
     outage_seconds: float = 5.0
+    # The database
+    pg_restarts: int = 1  # the server stopped (fast, immediate) or a backend killed, mid-run
+    pg_down: tuple[float, float] = (0.5, 3.0)  # seconds without a server, after a stop
+    # Members' settings
+    settings_races: int = 2  # a member's time zone and quiet hours changed at the same moment
     # The platforms
     platform_latency: float = 0.15
     p_platform_500: float = 0.04
@@ -71,6 +77,8 @@ LONG = Knobs(
     imports=4,
     gateway_drops=3,
     outages=3,
+    pg_restarts=3,
+    settings_races=6,
     lifetime=(5.0, 14.0),
 )
 
@@ -87,6 +95,8 @@ CALM = Knobs(
     p_model_timeout=0,
     p_model_garbage=0,
     outages=0,
+    pg_restarts=0,
+    settings_races=0,
     p_platform_500=0,
     p_platform_429=0,
     p_reused_file=0,

@@ -5,8 +5,13 @@ Member   one member on one platform: the tag name (`s1m2`: Slack team 1, member 
          (a Slack DM; a Discord DM for the home server, else their own server channel)
 Item     one thing a member sends at `at` seconds: words, a file, or both, each with its
          own tag at its start; filled in as the campaign runs (acknowledged or not)
+Restart  the database server restarted at `at` seconds: how (tests/chaos/database.py)
+         and for how long it is down
+Race     one member's time zone and quiet hours changed at the same moment (two commands)
 Plan     members, items, `companion import --replace` times, process lifetimes and
-         how each ends (SIGKILL or SIGTERM), gateway drops, model outages
+         how each ends (SIGKILL or SIGTERM), gateway drops, model outages, database
+         restarts, settings races (these two drawn apart, so that adding them left the
+         rest of each seed's plan as it was)
 """
 
 from __future__ import annotations
@@ -73,6 +78,25 @@ class Item:
         return [t for t in (self.file_tag, self.words_tag) if t]
 
 
+@dataclass(frozen=True)
+class Restart:
+    at: float
+    mode: str  # fast | immediate | kill
+    down: float  # seconds without a server (fast and immediate)
+
+
+ZONES = ["Asia/Tokyo", "America/Lima", "Europe/Berlin", "Australia/Perth", "Africa/Cairo"]
+
+
+@dataclass
+class Race:
+    at: float
+    member: Member
+    timezone: str
+    quiet: str  # HH:MM-HH:MM, as the product writes it back
+    told: set[str] = field(default_factory=set)  # the fields the member was told were set
+
+
 @dataclass
 class Plan:
     seed: int
@@ -86,6 +110,8 @@ class Plan:
     slack_teams: list[str] = field(default_factory=list)
     discord_guilds: list[int] = field(default_factory=list)
     kill_bursts: dict[int, list[Item]] = field(default_factory=dict)  # lifetime -> items
+    restarts: list[Restart] = field(default_factory=list)
+    races: list[Race] = field(default_factory=list)
 
 
 def _members(knobs: Knobs) -> tuple[list[Member], list[str], list[int]]:
@@ -210,7 +236,25 @@ def make_plan(seed: int, knobs: Knobs) -> Plan:
         probe.probe, probe.scene = True, "probe after the faults stop"
         plan.items.append(probe)
     plan.items.sort(key=lambda i: i.at)
+    add_database_and_settings(plan, random.Random(seed * 7919 + 3))
     return plan
+
+
+def add_database_and_settings(plan: Plan, rng: random.Random) -> None:
+    """Database restarts and settings races, from their own draws."""
+    knobs = plan.knobs
+    for _ in range(knobs.pg_restarts):
+        mode = rng.choice(["fast", "immediate", "kill"])
+        at = rng.uniform(0.15, 0.75) * knobs.seconds
+        plan.restarts.append(Restart(at, mode, rng.uniform(*knobs.pg_down)))
+    plan.restarts.sort(key=lambda r: r.at)
+    for n in range(knobs.settings_races):
+        member = rng.choice(plan.members)
+        start = rng.randrange(18, 24)
+        quiet = f"{start:02d}:{rng.choice(['00', '30'])}-{rng.randrange(5, 10):02d}:{n % 6}0"
+        at = rng.uniform(0.1, 0.9) * knobs.seconds
+        plan.races.append(Race(at, member, rng.choice(ZONES), quiet))
+    plan.races.sort(key=lambda r: r.at)
 
 
 # Scenes: scripted moments laid over the random traffic, so that each way issue 8 found a

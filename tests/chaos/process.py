@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.chaos.model import Brain
@@ -31,6 +32,7 @@ from tests.fake_openai import FakeOpenAI
 
 READY_SECONDS = 45.0
 STOP_SECONDS = 45.0  # `companion run` gives turns 30 s after SIGTERM
+DATABASE_BACK_SECONDS = 60.0  # the campaign restarts the database: its own reads wait
 
 
 @dataclass
@@ -49,6 +51,10 @@ class Generation:
     ended_at: float = 0.0
     wall: tuple[float, float] = (0.0, 0.0)  # time.time() at the spawn and after the exit
     problems: list[str] = field(default_factory=list)
+
+
+def _database_failed(log: Path) -> bool:
+    return "the database failed" in log.read_text(encoding="utf-8", errors="replace")
 
 
 @dataclass
@@ -72,12 +78,25 @@ class Processes:
         self.generations: list[Generation] = []
         self.imports: list[ImportRun] = []
         self._stopping: list[asyncio.Task] = []  # fake models finishing their hung answers
+        # Cleared while the campaign restarts the database: a process is started once it is
+        # back, as a supervisor would start it again (what is tried is the running ones).
+        self.database_up = asyncio.Event()
+        self.database_up.set()
+        self.database_restarts = 0  # how many have begun
 
     async def usage(self) -> dict[int, int]:
-        """Tokens in `usage`, per agent (all days)."""
-        async with self.db.connect() as conn:
-            rows = await conn.execute(text("SELECT agent_id, sum(tokens) FROM usage GROUP BY 1"))
-            return {int(agent): int(tokens) for agent, tokens in rows}
+        """Tokens in `usage`, per agent (all days); asked again while the database restarts."""
+        deadline = time.monotonic() + DATABASE_BACK_SECONDS
+        while True:
+            try:
+                async with self.db.connect() as conn:
+                    query = text("SELECT agent_id, sum(tokens) FROM usage GROUP BY 1")
+                    rows = await conn.execute(query)
+                    return {int(agent): int(tokens) for agent, tokens in rows}
+            except (DBAPIError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.3)
 
     async def _spawn(self, name: str, args: list[str], module: list[str]) -> Generation:
         gen = Generation(name, self.logs / f"{name}.log", started=time.monotonic())
@@ -101,11 +120,29 @@ class Processes:
         return gen
 
     async def start(self, name: str) -> Generation:
-        gen = await self._spawn(name, ["run"], COMPANION)
-        gen.ready, last = await self._wait_ready(gen)
-        gen.ready_at = time.monotonic()
+        """A `companion run`, ready; one that stopped at start because the campaign was
+        restarting the database (it says the database failed) is started again."""
+        for attempt in range(3):
+            await self.database_up.wait()
+            restarts = self.database_restarts
+            gen = await self._spawn(
+                name if not attempt else f"{name}.{attempt}", ["run"], COMPANION
+            )
+            gen.ready, last = await self._wait_ready(gen)
+            gen.ready_at = time.monotonic()
+            met_restart = self.database_restarts != restarts or not self.database_up.is_set()
+            if gen.ready or not (met_restart and _database_failed(gen.log)):
+                break
+            gen.ended_by, gen.ended_at, gen.returncode = (
+                "exit",
+                gen.ready_at,
+                gen.proc.returncode if gen.proc else None,
+            )
+            gen.wall = (gen.wall[0], time.time())
+            gen.usage_after = await self.usage()
+            self._stop_model(gen)
         if not gen.ready:
-            gen.problems.append(f"{name} not ready within {READY_SECONDS:g} s ({last})")
+            gen.problems.append(f"{gen.name} not ready within {READY_SECONDS:g} s ({last})")
         return gen
 
     async def _wait_ready(self, gen: Generation) -> tuple[bool, str]:

@@ -112,9 +112,11 @@ def verdict(
     found += checks.model_violations(ledger)
     agents = {tenant_user: agent for agent, tenant_user in stored.agents.items()}
     agent_of = {m.mid: agents.get((m.tenant, m.user), -1) for m in plan.members}
-    usage, cut = checks.usage_violations(procs.generations, ledger, stored, agent_of)
+    usage, cut = checks.usage_violations(
+        procs.generations, ledger, stored, agent_of, campaign.restarted
+    )
     found += usage
-    found += checks.process_violations(procs.generations, procs.imports)
+    found += checks.process_violations(procs.generations, procs.imports, campaign.restarted)
     runs = [g for g in procs.generations if g.name != "sweep"]
     calls = ledger.calls
     on = collections.Counter(
@@ -141,6 +143,9 @@ def verdict(
             n for what, n in campaign.faults.injected.items() if not what.startswith("model")
         ),
         "slack answers": dict(events.outcomes),
+        "db restarts": len(campaign.restarted),
+        "settings races": len(plan.races),
+        "settings told": sum(len(r.told) for r in plan.races),
     }
     result = Report(plan.seed, found, counts, campaign.workdir)
     result.timeline = _timeline(campaign, procs, gateway)
@@ -164,6 +169,12 @@ def _timeline(campaign: Campaign, procs: Processes, gateway: Gateway) -> list[st
     t0, plan = campaign.t0, campaign.plan
     moments += [(t0 + at, "model outage starts") for at in plan.outages]
     moments += [(t0 + at, "gateway drop / RECONNECT") for at in plan.drops]
+    for began, ended, mode in campaign.restarted:
+        moments.append((began, f"database restart ({mode}) begins"))
+        moments.append((ended, "database accepts connections again"))
+    for race in plan.races:
+        told = ", ".join(sorted(race.told)) or "nothing"
+        moments.append((t0 + race.at, f"settings race {race.member.mid} (told: {told})"))
     return [f"{t - t0:7.2f}s  {what}" for t, what in sorted(moments, key=lambda m: m[0])]
 
 

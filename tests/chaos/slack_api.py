@@ -39,6 +39,7 @@ class ChaosSlack(FakeSlack):
         self.faults = faults
         self.failed: list[tuple[str, int]] = []  # (method, status) refused by chaos
         self.refuse_next_post: set[str] = set()  # channels whose next chat.postMessage gets 429
+        self.responded: dict[str, str] = {}  # response_url key -> the text posted to it
 
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -60,6 +61,11 @@ class ChaosSlack(FakeSlack):
                     )
                 return web.json_response({"ok": False, "error": "internal_error"}, status=500)
         return await super()._api(request)
+
+    async def _respond(self, request: web.Request) -> web.Response:
+        answer = await super()._respond(request)
+        self.responded[request.match_info["id"]] = str(self.responses[-1].get("text", ""))
+        return answer
 
     def posts(self, channel: str) -> list[str]:
         """The texts the bot posted into `channel`, in order."""
