@@ -47,37 +47,54 @@ def not_answering(pids: list[int]) -> Iterator[None]:
             os.kill(pid, signal.SIGCONT)
 
 
-async def test_the_embedding_worker_stops_though_its_pass_will_not():
-    stuck = asyncio.Event()
+class Deaf:
+    """Work that ignores its cancellation until the test is over, then lets itself be ended
+    (left deaf, it would hold up the test session's own event loop when that closes)."""
 
-    async def run_pass() -> int:  # e.g. a library's cleanup waiting on a dead socket
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.over = False
+        self.tasks: list[asyncio.Task[object]] = []
+
+    async def forever(self) -> int:  # e.g. a library's cleanup waiting on a dead socket
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task)
         while True:
             try:
-                stuck.set()
+                self.started.set()
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
-                continue
+                if self.over:
+                    raise
 
+    async def end(self) -> None:
+        self.over = True
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+async def test_the_embedding_worker_stops_though_its_pass_will_not():
+    deaf = Deaf()
     worker = EmbeddingWorker(sessions=None, embedder=None, interval=60)  # type: ignore[arg-type]
-    worker.run_pass = run_pass  # type: ignore[method-assign]
+    worker.run_pass = deaf.forever  # type: ignore[method-assign]
     await worker.__aenter__()
-    await stuck.wait()
-    assert await stops(worker.__aexit__(None, None, None)), "the app's exit waits for the worker"
+    await deaf.started.wait()
+    try:
+        assert await stops(worker.__aexit__(None, None, None)), "the exit waits for the worker"
+    finally:
+        await deaf.end()
 
 
 async def test_work_left_running_is_given_up_though_it_will_not_end():
-    activity = Activity()
-
-    async def deaf() -> None:
-        while True:
-            try:
-                await asyncio.sleep(3600)
-            except asyncio.CancelledError:
-                continue
-
-    activity.start(deaf(), "a turn that ignores its cancellation")
-    await asyncio.sleep(0)
-    assert await stops(activity.cancel()), "the shutdown waits for the turn forever"
+    activity, deaf = Activity(), Deaf()
+    activity.start(deaf.forever(), "a turn that ignores its cancellation")
+    await deaf.started.wait()
+    try:
+        assert await stops(activity.cancel()), "the shutdown waits for the turn forever"
+    finally:
+        await deaf.end()
 
 
 async def test_the_pool_is_let_go_of_when_the_database_stopped_answering(pg_url, schema, tmp_path):
