@@ -201,16 +201,9 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
 async def _usage(settings: Settings, args: argparse.Namespace) -> int:
     """The database alone: neither the engine nor the embedder (their imports are most of a
     second), so the report is the first line within about one."""
-    from bot.database import open_database
     from bot.usage import usage_report
 
-    async with open_database(
-        settings.database_url,
-        settings.data_dir,
-        settings.embedding_dim,
-        settings.db_schema,
-        keep_warm=idle_stop.may_outlive(),
-    ) as (sessions, _):
+    async with _database(settings) as (sessions, _):
         lines = await usage_report(sessions, settings, args.tenant, args.days, datetime.now(UTC))
     print("\n".join(lines))
     return 0
@@ -320,8 +313,6 @@ async def _migrate(settings: Settings) -> int:
     """`companion migrate`: a line per revision as it is applied, and one last line."""
     from sqlalchemy import text
 
-    from bot.database import open_database
-
     said: list[str] = []
 
     def say(line: str) -> None:
@@ -329,12 +320,8 @@ async def _migrate(settings: Settings) -> int:
         print(line, flush=True)
 
     started = time.monotonic()
-    async with open_database(
-        settings.database_url,
-        settings.data_dir,
-        settings.embedding_dim,
-        settings.db_schema,
-        keep_warm=idle_stop.may_outlive(),
+    async with _database(
+        settings,
         rewrite_tables=True,
         progress=say,
     ) as (sessions, _):
@@ -349,6 +336,21 @@ async def _migrate(settings: Settings) -> int:
     else:
         print(f"the database is at {at}, the newest revision: nothing to migrate")
     return 0
+
+
+def _database(settings: Settings, **extra: Any) -> Any:
+    """The configured database alone, without the engine (for commands that need no more);
+    the embedded server kept warm for the next command where that is allowed."""
+    from bot.database import open_database
+
+    return open_database(
+        settings.database_url,
+        settings.data_dir,
+        settings.embedding_dim,
+        settings.db_schema,
+        keep_warm=idle_stop.may_outlive(),
+        **extra,
+    )
 
 
 def failure_line(error: BaseException) -> str:
