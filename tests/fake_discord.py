@@ -18,11 +18,12 @@ ACKs. `dispatch(event, payload)` sends an event to the connection Discord would 
 a server's events to shard (guild_id >> 22) % shard_count, DMs to shard 0 (GatewayMissing
 when no connection has that shard). `identified` lists (shard id, count, token) of every
 IDENTIFY; `GET /gateway/bot` recommends `recommended_shards` and gives `bot_gateway_url`
-(this fake's gateway unless set). Like Discord, it can refuse an IDENTIFY by closing with a
-code (`refuse_identify`: 4011 sharding required, 4010 invalid shard), drop a shard's
-connection (`drop`), and keep a shard waiting for its READY (`held`) until released. Every
-REST call records the token it carried (`Call.token`), so tests can tell which process sent
-it.
+(this fake's gateway unless set) and `max_concurrency` (16, as Discord gives large bots:
+their shards identify side by side instead of one every 5 s). Like Discord, it can refuse an
+IDENTIFY by closing with a code (`refuse_identify`: 4011 sharding required, 4010 invalid
+shard), drop a shard's connection (`drop`), and keep a shard waiting for its READY (`held`)
+until released. Every REST call records the token it carried (`Call.token`), so tests can
+tell which process sent it.
 
 The functions below build gateway payload dicts (READY, GUILD_CREATE, MESSAGE_CREATE,
 GUILD_MEMBER_ADD, INTERACTION_CREATE) in the shapes of Discord's API documentation.
@@ -102,6 +103,7 @@ class FakeDiscord:
         self.recommended_shards = 1
         self.bot_gateway_url: str | None = None  # what GET /gateway/bot gives; None: ours
         self.gateway_bot_down = 0  # so many GET /gateway/bot answer 503, as in an outage
+        self.max_concurrency = 16  # IDENTIFYs per 5 s (GET /gateway/bot; 1 for most bots)
         self.identified: list[tuple[int, int, str]] = []  # (shard id, count, token)
         self.connections: list[Connection] = []
         self.refuse_identify: tuple[int, str] | None = None  # (close code, reason)
@@ -262,7 +264,12 @@ class FakeDiscord:
             self.gateway_bot_down -= 1
             return _json({"message": "503: Service Unavailable", "code": 0}, status=503)
         if (method, path) == ("GET", "/gateway/bot"):
-            limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
+            limit = {
+                "total": 1000,
+                "remaining": 1000,
+                "reset_after": 0,
+                "max_concurrency": self.max_concurrency,
+            }
             shards, url = self.recommended_shards, self.bot_gateway_url or self.gateway_url
             return _json({"url": url, "shards": shards, "session_start_limit": limit})
         if (method, path) == ("GET", "/gateway"):

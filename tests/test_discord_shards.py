@@ -13,9 +13,13 @@ import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
 
+import discord
 import pytest
 from sqlalchemy import text
 
+from adapters.common import Services
+from adapters.discord import build_discord_client
+from adapters.discord.shards import ShardedClient
 from bot.settings import Settings
 from core.errors import ConfigError
 from core.events import EventKind, InboundEvent
@@ -359,7 +363,7 @@ async def stored(engine, sessions, guild_id: int | None, channel_id: int, home: 
 
 
 async def test_each_shard_reads_back_only_its_own_channels(
-    clock, engine, fake, pg_url, schema, sessions
+    clock, engine, fake, members, pg_url, schema, sessions
 ):
     """After a start, shards 0-1/4 read back what was missed in their servers and (shard 0)
     the DMs, once each; a channel of another process's shard is not even looked up, so a
@@ -370,6 +374,8 @@ async def test_each_shard_reads_back_only_its_own_channels(
     await stored(engine, sessions, servers[1][0], servers[1][1], home=servers[1][0])
     await stored(engine, sessions, servers[3][0], servers[3][1], home=servers[3][0])
     await stored(engine, sessions, None, dm_channel, home=servers[0][0])
+    # ... having recorded, at her first DM, that her DMs belong to shard 0's server
+    await members.dm_homes.resolve("discord", str(ANN), [f"discord:{servers[0][0]}"], None)
     async with FakeDiscord(BOT, APP_ID) as api:
         api.guilds = {guild_id: payload for guild_id, _, payload in servers.values()}
         api.dm_channels[ANN] = dm_channel
@@ -439,6 +445,49 @@ async def test_a_shard_count_discord_refuses_is_one_clear_line_and_not_ready(
     assert code_ == 0 and "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
     errors = [line["message"] for line in lines(err) if line["level"] == "ERROR"]
     assert errors == [f"Discord: {body['platforms']['Discord']['detail']}"]
+
+
+async def test_shards_identify_at_the_pace_discord_gives(engine, members):
+    """GET /gateway/bot's max_concurrency: Discord takes that many IDENTIFYs per 5 s, shard
+    s in bucket s % max_concurrency. Shards 0-3 with 2 buckets: 0 and 1 go at once, 2 and 3
+    wait for the window of 0 and 1; a shard that starts over after the window goes at once.
+    Where Discord does not say (its API down), one bucket: one IDENTIFY per window."""
+    base = discord.http.Route.BASE
+    async with FakeDiscord(BOT, APP_ID) as api:
+        api.max_concurrency = 2
+        client = build_discord_client(
+            Services(engine, members),
+            api_url=api.api_url,
+            sharded=True,
+            shard_ids=(0, 1, 2, 3),
+            shard_count=4,
+        )
+        assert isinstance(client, ShardedClient)
+        try:
+            await client.login("token-pace")
+            client.max_concurrency = await client._concurrency()
+            assert client.max_concurrency == 2
+            client.identify_seconds = window = 1.0
+            loop = asyncio.get_running_loop()
+            began, went = loop.time(), {}
+
+            async def identify(shard: int) -> None:
+                await client.before_identify_hook(shard, initial=shard == 0)
+                went[shard] = loop.time() - began
+
+            await asyncio.gather(*(identify(shard) for shard in range(4)))
+            assert went[0] < window / 2 and went[1] < window / 2, went
+            assert window * 0.95 <= went[2] < window * 2 and window * 0.95 <= went[3], went
+            await asyncio.sleep(window)
+            again = loop.time()
+            await client.before_identify_hook(1)
+            assert loop.time() - again < window / 2
+
+            api.gateway_bot_down = 1
+            assert await client._concurrency() == 1
+        finally:
+            await client.close()
+            discord.http.Route.BASE = base
 
 
 @pytest.mark.parametrize("raw", ["4/4", "0-3", "x/8", "1-0/0", "/4", "0,3-1/8", "2-1/4"])

@@ -15,6 +15,10 @@ recommends. Several processes with disjoint `ids` serve one bot between them:
     status           each shard's state apart (`on_shard_status`: /readyz lists them); the
                      client's own (`on_status`) says who the bot is once every shard is ready,
                      and stays: a shard that drops is that shard's `retrying`
+    IDENTIFY pace    Discord takes `max_concurrency` IDENTIFYs per 5 s (GET /gateway/bot:
+                     1 for most bots, 16 and more for large ones), one per bucket (shard id %
+                     max_concurrency): a shard waits only for its own bucket, so a large
+                     bot's shards connect side by side (discord.py waits 5 s before each)
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from adapters.discord.tenants import PLATFORM
 
 ShardStatus = Callable[[int, str, str], None]  # (shard id, state, detail)
 RECOUNT_SECONDS = (1, 2, 5, 10, 30)  # waits between asks for the recommended count
+IDENTIFY_SECONDS = 5.0  # Discord's window for `max_concurrency` IDENTIFYs (one per bucket)
+LIMITS_SECONDS = 10.0  # the most a start with a given shard range waits for max_concurrency
 
 
 def _passing(error: discord.HTTPException) -> bool:
@@ -59,6 +65,10 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
             options.update(shard_ids=list(ids), shard_count=count)
         super().__init__(services, **options)
         self.on_shard_status = on_shard_status or (lambda shard, state, detail: None)
+        self.identify_seconds = IDENTIFY_SECONDS
+        self.max_concurrency = 1  # until GET /gateway/bot says (launch_shards)
+        self._identified: dict[int, float] = {}  # bucket -> loop time of its last IDENTIFY
+        self._buckets: dict[int, asyncio.Lock] = {}
 
     @property
     def syncs_commands(self) -> bool:
@@ -81,20 +91,22 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         DISCORD_GATEWAY_URL when set (else Discord's own), where it reconnects them later too.
         (Asked by discord.py itself, the count would come with Discord's gateway address.)"""
         if self.shard_count is None and not self.is_closed():
-            self.shard_count = await self._recommended_count()
+            self.shard_count, self.max_concurrency = await self._recommended_count()
+        elif not self.is_closed():
+            self.max_concurrency = await self._concurrency()
         for shard in self.shard_ids or range(self.shard_count or 0):
             self.on_shard_status(shard, "starting", "waiting for its turn to connect")
         await super().launch_shards()
 
-    async def _recommended_count(self) -> int:
-        """Asked until Discord answers: an outage of its API (5xx) or of the network is
-        `retrying` with the reason, as a gateway connection that drops is; anything else
-        (a refused token, say) is raised."""
+    async def _recommended_count(self) -> tuple[int, int]:
+        """The count and max_concurrency, asked until Discord answers: an outage of its API
+        (5xx) or of the network is `retrying` with the reason, as a gateway connection that
+        drops is; anything else (a refused token, say) is raised."""
         tries = 0
         while True:
             try:
-                count, _, _ = await self.http.get_bot_gateway()
-                return count
+                count, _, limits = await self.http.get_bot_gateway()
+                return count, _concurrency_of(limits)
             except (OSError, aiohttp.ClientError, TimeoutError, discord.GatewayNotFound) as e:
                 cause = e.__cause__ if isinstance(e, discord.GatewayNotFound) else e
                 if isinstance(cause, discord.HTTPException) and not _passing(cause):
@@ -105,6 +117,29 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
                 self.on_status("retrying", detail)
                 tries += 1
                 await asyncio.sleep(delay)
+
+    async def _concurrency(self) -> int:
+        """max_concurrency for a given shard range: asked once; when Discord does not say
+        (its API down or slow), 1, the pace every bot may keep."""
+        try:
+            async with asyncio.timeout(LIMITS_SECONDS):
+                _, _, limits = await self.http.get_bot_gateway()
+        except (OSError, aiohttp.ClientError, TimeoutError, discord.DiscordException):
+            return 1
+        return _concurrency_of(limits)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """Before each IDENTIFY (a start or a new session): wait until 5 s after the last
+        IDENTIFY of this shard's bucket, if that was less than 5 s ago. The first of each
+        bucket, and a shard that starts over long after, go at once. (As with discord.py's
+        own wait, other processes' IDENTIFYs are not known here.)"""
+        bucket = (shard_id or 0) % self.max_concurrency
+        async with self._buckets.setdefault(bucket, asyncio.Lock()):
+            loop = asyncio.get_running_loop()
+            last = self._identified.get(bucket)
+            if last is not None:
+                await asyncio.sleep(max(0.0, last + self.identify_seconds - loop.time()))
+            self._identified[bucket] = loop.time()
 
     def _servers_of(self, shard: int) -> int:
         return sum(1 for g in self.guilds if g.shard_id == shard)
@@ -135,6 +170,14 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
 
     async def on_shard_resumed(self, shard: int) -> None:
         self.on_shard_status(shard, "connected", "reconnected (session resumed)")
+
+
+def _concurrency_of(limits: Any) -> int:
+    """session_start_limit.max_concurrency of GET /gateway/bot (at least 1)."""
+    try:
+        return max(1, int(limits["max_concurrency"]))
+    except (TypeError, KeyError, ValueError):
+        return 1
 
 
 class OneShard:
