@@ -5,6 +5,7 @@ program prints. Issue 31, findings 7 and 8."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import re
@@ -84,51 +85,61 @@ async def fresh_schema(pg_url: str, name: str) -> None:
 
 
 async def test_start_a_turn_and_stop_log_one_line_each_and_the_docs_quote_them(
-    fake, pg_url, schema
+    fake, pg_url, schema, module_schema
 ):
     """Before: 29 lines for Discord alone, among them APScheduler's 10, an httpx line per model
     call, discord.py's voice warnings and a "connection dropped; reconnecting" warning on a
-    clean stop; and the deploy docs quoted lines the program never printed."""
+    clean stop; and the deploy docs quoted lines the program never printed. Three processes,
+    side by side, each on a schema of its own: Discord and Slack's Socket Mode with a turn;
+    Slack's HTTP mode on a database never migrated; Slack for any workspace."""
     guild_id, channel_id, payload = server(0, of=1)
-    seen: list[str] = []
     async with FakeDiscord(BOT, APP_ID) as discord, FakeSlack() as slack:
         discord.guilds = {guild_id: payload}
-        port = free_port()
-        env = shard_env(fake, pg_url, schema, discord, port, "token-logs")
-        env.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-1-test")
-        env.update(SLACK_API_URL=slack.base_url)
-        env.pop("COMPANION_LOG_LEVEL", None)  # the default
 
-        async def a_turn() -> None:
-            await discord.dispatch("MESSAGE_CREATE", mention(guild_id, channel_id, WORDS))
-            await discord.wait_for(lambda: discord.sent(channel_id), within=60)
+        async def both_platforms() -> list[str]:
+            port = free_port()
+            env = shard_env(fake, pg_url, schema, discord, port, "token-logs")
+            env.update(SLACK_BOT_TOKEN="xoxb-test", SLACK_APP_TOKEN="xapp-1-test")
+            env.update(SLACK_API_URL=slack.base_url)
+            env.pop("COMPANION_LOG_LEVEL", None)  # the default
 
-        said = await run_and_stop(env, lambda status, body: status == 200, a_turn)
-        assert sorted(said) == sorted(
-            [
-                f"INFO serving on 127.0.0.1:{port} (health, inspector)",
-                next(line for line in said if line.startswith("INFO Discord: connected as ")),
-                next(line for line in said if line.startswith("INFO Slack: connected as @")),
-                "INFO stopping: no new events; up to 30s for turns in flight",
-                "INFO stopped",
-            ]
-        ), said
-        assert said[-1] == "INFO stopped" and WORDS not in " ".join(said)
-        seen += as_documented(said, port)
+            async def a_turn() -> None:
+                await discord.dispatch("MESSAGE_CREATE", mention(guild_id, channel_id, WORDS))
+                await discord.wait_for(lambda: discord.sent(channel_id), within=60)
 
-        # Slack in HTTP mode, on a database never migrated; then for any workspace.
-        await fresh_schema(pg_url, "logs_fresh")
-        port = free_port()
-        env = slack_http_env(fake, pg_url, "logs_fresh", slack, port)
-        seen += as_documented(await run_and_stop(env, lambda s, b: s == 200), port)
-        port = free_port()
-        public = f"http://127.0.0.1:{port}"
-        env = slack_http_env(fake, pg_url, schema, slack, port, COMPANION_PUBLIC_URL=public)
-        del env["SLACK_BOT_TOKEN"]
-        env.update(SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="shh")
-        env["COMPANION_SECRET_KEY"] = "k" * 32  # the tokens installs keep are sealed with it
-        said = await run_and_stop(env, lambda s, b: s == 200)
-        seen += as_documented(said, port, public)
+            said = await run_and_stop(env, lambda status, body: status == 200, a_turn)
+            assert sorted(said) == sorted(
+                [
+                    f"INFO serving on 127.0.0.1:{port} (health, inspector)",
+                    next(line for line in said if line.startswith("INFO Discord: connected as ")),
+                    next(line for line in said if line.startswith("INFO Slack: connected as @")),
+                    "INFO stopping: no new events; up to 30s for turns in flight",
+                    "INFO stopped",
+                ]
+            ), said
+            assert said[-1] == "INFO stopped" and WORDS not in " ".join(said)
+            return as_documented(said, port)
+
+        async def never_migrated() -> list[str]:
+            await fresh_schema(pg_url, "logs_fresh")
+            port = free_port()
+            env = slack_http_env(fake, pg_url, "logs_fresh", slack, port)
+            return as_documented(await run_and_stop(env, lambda s, b: s == 200), port)
+
+        async def any_workspace() -> list[str]:
+            port = free_port()
+            public = f"http://127.0.0.1:{port}"
+            env = slack_http_env(
+                fake, pg_url, module_schema, slack, port, COMPANION_PUBLIC_URL=public
+            )
+            del env["SLACK_BOT_TOKEN"]
+            env.update(SLACK_CLIENT_ID="1.2", SLACK_CLIENT_SECRET="shh")
+            env["COMPANION_SECRET_KEY"] = "k" * 32  # the tokens installs keep are sealed with it
+            said = await run_and_stop(env, lambda s, b: s == 200)
+            return as_documented(said, port, public)
+
+        runs = await asyncio.gather(both_platforms(), never_migrated(), any_workspace())
+    seen = [line for said in runs for line in said]
 
     messages = [line.split(" ", 1)[1] for line in seen]
     assert any(
