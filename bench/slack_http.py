@@ -445,17 +445,22 @@ async def measure(
     return n
 
 
+def server_options(parser: argparse.ArgumentParser, latency: float) -> None:
+    """The options of a bench that runs one `companion run` against the fakes."""
+    parser.add_argument("--latency", type=float, default=latency, help="seconds per model call")
+    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
+    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
+    parser.add_argument("--count-sql", help="count the server's timed SQL into this file")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20, help="timed messages per agent")
     parser.add_argument("--clients", type=int, default=10, help="concurrent senders")
-    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
-    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
     parser.add_argument("--profile", help="run companion under cProfile, its stats to this file")
-    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
-    parser.add_argument("--count-sql", help="count the server's SQL into this file")
+    server_options(parser, latency=0.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))
