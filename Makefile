@@ -31,14 +31,17 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
 # own. They share one Chromium; a test whose Chromium stops answering runs again once in a
 # new one (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
-# `make test WORKERS=2` runs the rest on two workers (pytest-xdist, an embedded Postgres
-# each; the browser tests are one group, for one worker). It is not the default: its one
-# full run on a heavily loaded 2-core machine (load 10-15) took 31 min where one process
-# took 37, with three tests red that one process passed (a 3 s bound on an upload, since
-# made 30 s, and a Traceback in the logs of two real-process tests: a Discord shard process
-# redelivering the other's reply, and the SIGKILL campaign of tests/test_acknowledged.py);
-# earlier, under two workers, a `companion chat` in a test was once still running after 60 s.
-WORKERS ?= 0
+# The rest runs on two workers (pytest-xdist, an embedded Postgres each; the browser tests
+# are one group, for one worker). Three full two-worker runs in a row were green on this
+# 2-core machine while other work shared it (load 3-7): 7:07, 7:51 and 13:14 for the 1,193
+# tests, about 335-370 s of CPU (user+sys) each; one process took 23:17 at load 6-7 (see
+# README). `make test WORKERS=0` runs them in one process. Earlier, on a heavily loaded
+# machine (load 10-15), one two-worker run had three tests red that one process passed (a
+# 3 s bound on an upload, since made 30 s, and a Traceback in the logs of two real-process
+# tests: a Discord shard process redelivering the other's reply, and the SIGKILL campaign
+# of tests/test_acknowledged.py), and a `companion chat` in a test was once still running
+# after 60 s; none of that came back in the three runs.
+WORKERS ?= 2
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py
 	$(BIN)/pytest tests/test_browser.py
