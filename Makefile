@@ -34,8 +34,8 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # The rest runs on two workers (pytest-xdist, an embedded Postgres each; the browser tests
 # are one group, for one worker). Three full two-worker runs in a row were green on this
 # 2-core machine while other work shared it (load 3-7): 7:07, 7:51 and 13:14 for the 1,193
-# tests, about 335-370 s of CPU (user+sys) each; one process took 23:17 at load 6-7 (see
-# README). `make test WORKERS=0` runs them in one process. Earlier, on a heavily loaded
+# tests, about 335-370 s of CPU (user+sys) each; one process took 9:59 at load 2-5 (23:17
+# at load 6-7). `make test WORKERS=0` runs them in one process. Earlier, on a heavily loaded
 # machine (load 10-15), one two-worker run had three tests red that one process passed (a
 # 3 s bound on an upload, since made 30 s, and a Traceback in the logs of two real-process
 # tests: a Discord shard process redelivering the other's reply, and the SIGKILL campaign
