@@ -192,9 +192,9 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
     from bot.operator import preview_tick, run_tick
 
     if _dry_tick(args):
-        print(await preview_tick(app, app.engine.clock()))
+        print(await preview_tick(app, app.clock()))
     else:
-        print(await run_tick(app, app.engine.clock()))
+        print(await run_tick(app, app.clock()))
     return 0
 
 
