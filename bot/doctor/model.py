@@ -69,7 +69,6 @@ async def check_model(settings: Settings) -> list[Result]:
             results = [fail(_model_problem(error, where, model, "model"))]
         if not settings.embeds_in_process and settings.embedding_model != "none":
             results.append(await _check_embeddings(client, settings, where))
-    results.append(await _check_local_embedder(settings))
     return results
 
 
@@ -114,18 +113,18 @@ async def _check_functions(client: openai.AsyncOpenAI, model: str) -> Result:
     )
 
 
-async def _check_local_embedder(settings: Settings) -> Result:
+async def check_local_embedder(settings: Settings) -> list[Result]:
     """The built-in model loads from the installed wheels (only when it is the embedder)."""
     if settings.embedding_model == "none":
-        return ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")
+        return [ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")]
     if not settings.embeds_in_process:
-        return ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")
+        return [ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")]
     try:
         embedder = MultilingualEmbedder() if settings.embedding_model else LocalEmbedder()
         size = len((await embedder.embed(["ok"]))[0])
     except EmbeddingError as error:
-        return fail(f"local embedding model: {error}")
-    return ok(f"local embedding model: {settings.embedder_name} gives {size} dimensions")
+        return [fail(f"local embedding model: {error}")]
+    return [ok(f"local embedding model: {settings.embedder_name} gives {size} dimensions")]
 
 
 async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:
