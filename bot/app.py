@@ -268,9 +268,24 @@ def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     if name == MULTILINGUAL:
         package_dir()  # not installed: say so now, not at the first message
         return MultilingualEmbedder()
-    from core.llm import OpenAIEmbedder
+    return LazyEmbedder(endpoint, name, settings.embedding_dim)
 
-    return OpenAIEmbedder(endpoint.client(), name, settings.embedding_dim)
+
+class LazyEmbedder:
+    """The endpoint's embedding model (`core.llm.OpenAIEmbedder`), made (with the endpoint's
+    client: the `openai` package) at its first call: a command that stores no vector, such
+    as `companion usage`, never imports it."""
+
+    def __init__(self, endpoint: Endpoint, model: str, dimension: int) -> None:
+        self.endpoint, self.model, self.dimension = endpoint, model, dimension
+        self._embedder: Embedder | None = None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self._embedder is None:
+            from core.llm import OpenAIEmbedder
+
+            self._embedder = OpenAIEmbedder(self.endpoint.client(), self.model, self.dimension)
+        return await self._embedder.embed(texts)
 
 
 def _switched(settings: Settings, made_by: str) -> ConfigError:
