@@ -28,7 +28,6 @@ import argparse
 import atexit
 import gc
 import sys
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +46,23 @@ examples:
 
 
 def _version() -> str:
+    from importlib import metadata  # for --version only: its import is a tenth of a second
+
     try:
         return metadata.version("companion")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+class _Version(argparse.Action):
+    """`--version`: the installed version, looked up only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        sys.stdout.write(f"companion {_version()}\n")
+        parser.exit()
 
 
 MAX_DIMENSION = 4000  # pgvector's halfvec, in which vectors are stored, holds up to 4,000
@@ -98,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"companion {_version()}")
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback when something fails"
     )
