@@ -3,9 +3,9 @@
 On a terminal it is interactive (line editing, /memory, /quit; --verbose shows the agent's
 inner monologue, function calls, and each model call's tokens: prompt, cached, output).
 Its banner comes as soon as the database is open (`banner`), and what the first turn
-loads (the embedding model, the tokenizer, the model endpoint's client) loads while the
-member types (`warm_up`). Otherwise every input line is one user message, handled in
-order, and only the agent's messages are written to stdout.
+loads (the embedding model, the tokenizer, the model endpoint's client) loads in the
+background while the member types (`warm_up`). Otherwise every input line
+is one user message, handled in order, and only the agent's messages are written to stdout.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from core.errors import EventTooLarge
 from core.events import EventKind, InboundEvent
+from core.local_embedder import LocalEmbedder
+from core.multilingual_embedder import MultilingualEmbedder
 from core.ports import Embedder
 
 if TYPE_CHECKING:
@@ -51,8 +53,8 @@ def _load_for_a_turn() -> None:
 
 
 async def warm_up(embedder: Embedder | None) -> None:
-    """Load what the first turn needs while the member types its first message, so its
-    reply does not wait for them; a failure here is the first turn's to report."""
+    """Load what the first turn needs in the background, so that its reply waits for them
+    less; a failure here is the first turn's to report."""
     try:
         await asyncio.to_thread(_load_for_a_turn)
         if embedder is not None:
@@ -187,7 +189,12 @@ async def run_chat(
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
-    warming = asyncio.create_task(warm_up(engine.mind.embedder), name="warm-up")
+    # What the first turn loads, loaded while the member types (not before the prompt is
+    # shown: it would compete with what comes first; nor for piped messages: they come at
+    # once). An endpoint's embedder is not called for it.
+    embedder = engine.mind.embedder
+    local = embedder if isinstance(embedder, LocalEmbedder | MultilingualEmbedder) else None
+    warming = asyncio.ensure_future(warm_up(local))
     try:
         return await _converse(engine, members, scope, tenant, user, verbose, stdout)
     finally:
