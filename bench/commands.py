@@ -1,7 +1,7 @@
 """How long every `companion` command takes, as an operator runs it: a new process each time,
 on the embedded database (no DATABASE_URL), with the built-in local embedder.
 
-    python bench/commands.py [--runs 3] [--companion .venv/bin/companion]
+    python bench/commands.py [--runs 3] [--companion .venv/bin/companion] [--against OTHER]
 
 For each command: the seconds until its first line (stdout or stderr) and until it exits,
 the median of --runs warm runs (the embedded database already initialised; each command
@@ -10,7 +10,10 @@ migrations). The model is tests.fake_openai on loopback, so `chat` measures Comp
 model. `run` and `web` are servers: their time is to their first log line, then SIGTERM.
 `chat` on a terminal runs in a pseudo-terminal: its first line is what it prints first,
 "done" is its prompt (ready for a message); the member then types for TYPING seconds, and
-the row below it is the time from the message to the reply.
+the row below it is the time from the message to the reply. `--against OTHER` (another
+checkout's `companion`, e.g. a script running `python -m bot.cli` there) runs each command
+with it too, alternately, on the same database: a row `  against` under each, measured
+in the same moments, so that other work on the machine weighs on both alike.
 CPU is the process's own user + system time (and its children's: pg_ctl when it starts
 the server), which other work on the machine inflates less than wall time. The targets
 (issue 31): first line within 1 s, done within 2 s.
@@ -154,8 +157,11 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per command (median)")
     parser.add_argument("--companion", default=str(ROOT / ".venv" / "bin" / "companion"))
+    parser.add_argument("--against", help="another `companion` to run alternately with it")
     args = parser.parse_args()
     print(f"{machine()}; code {revision()}; {args.runs} warm runs per command")
+    if args.against:
+        print(f"  against: {args.against}")
     with tempfile.TemporaryDirectory(prefix="companion-bench-commands-") as scratch:
         async with FakeOpenAI() as fake:
             ours = ("OPENAI_", "COMPANION_")
@@ -169,31 +175,48 @@ async def main() -> None:
                 COMPANION_HTTP_HOST="127.0.0.1",
                 COMPANION_HTTP_PORT=str(free_port()),
             )
-            listed = commands(Path(scratch))
             cold = await timed(args.companion, ["usage"], "", env)
             print(f"cold start (initdb, migrations): usage took {cold[1]:.2f} s\n")
             print(f"{'command':<26} {'first line':>10} {'done':>8} {'CPU':>7}  exit")
-            worst_first = worst_done = 0.0
-            for label, argv, stdin in listed:
-                await timed(args.companion, argv, stdin, env)  # warm it (and its data)
-                runs = [await timed(args.companion, argv, stdin, env) for _ in range(args.runs)]
-                first, done = median(runs, 0), median(runs, 1)
-                print(row(label, first, done, median(runs, 3), {r[2] for r in runs}))
-                if argv[0] not in ("--version", "--help"):
-                    worst_first, worst_done = max(worst_first, first), max(worst_done, done)
-                if label.startswith("chat"):  # and as a person chats: on a terminal
-                    await timed_terminal(args.companion, env)
-                    chats = [await timed_terminal(args.companion, env) for _ in range(args.runs)]
-                    first, done = median(chats, 0), median(chats, 1)
-                    codes = {r[3] for r in chats}
-                    print(row("chat (terminal, prompt)", first, done, median(chats, 4), codes))
-                    print(f"{'  reply after typing':<26} {'':>10} {median(chats, 2):>7.2f}s")
-                    worst_first, worst_done = max(worst_first, first), max(worst_done, done)
-            print(
-                f"\nslowest database command: first line {worst_first:.2f} s, "
-                f"done {worst_done:.2f} s"
-            )
+            worst = await every_command(args, env, commands(Path(scratch)))
+            print(f"\nslowest database command: first line {worst[0]:.2f} s, done {worst[1]:.2f} s")
             await stop_warm_server(Path(scratch) / "data")
+
+
+async def every_command(
+    args: argparse.Namespace, env: dict, listed: list[tuple[str, list[str], str]]
+) -> tuple[float, float]:
+    """Print each command's row (and the other `companion`'s); the slowest (first, done)."""
+    worst_first = worst_done = 0.0
+    which = [args.companion, *([args.against] if args.against else [])]
+    for label, argv, stdin in listed:
+        runs: dict[str, list[tuple]] = {exe: [] for exe in which}
+        for exe in which:
+            await timed(exe, argv, stdin, env)  # warm it (and its data)
+        for _ in range(args.runs):
+            for exe in which:
+                runs[exe].append(await timed(exe, argv, stdin, env))
+        for exe, got in runs.items():
+            first, done = median(got, 0), median(got, 1)
+            name = label if exe == args.companion else "  against"
+            print(row(name, first, done, median(got, 3), {r[2] for r in got}))
+            if argv[0] not in ("--version", "--help") and exe == args.companion:
+                worst_first, worst_done = max(worst_first, first), max(worst_done, done)
+        if label.startswith("chat"):  # and as a person chats: on a terminal
+            chats: dict[str, list[tuple]] = {exe: [] for exe in which}
+            for exe in which:
+                await timed_terminal(exe, env)
+            for _ in range(args.runs):
+                for exe in which:
+                    chats[exe].append(await timed_terminal(exe, env))
+            for exe, got in chats.items():
+                first, done, codes = median(got, 0), median(got, 1), {r[3] for r in got}
+                name = "chat (terminal, prompt)" if exe == args.companion else "  against"
+                print(row(name, first, done, median(got, 4), codes))
+                print(f"{'  reply after typing':<26} {'':>10} {median(got, 2):>7.2f}s")
+                if exe == args.companion:
+                    worst_first, worst_done = max(worst_first, first), max(worst_done, done)
+    return worst_first, worst_done
 
 
 def median(runs: list[tuple], at: int) -> float:
