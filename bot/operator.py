@@ -97,7 +97,7 @@ async def rest_platforms(app: App) -> AsyncIterator[Router]:
 async def run_tick(app: App, now: datetime) -> str:
     """One pass at `now`. What is due is asked first (a rolled-back claim): with nothing
     due the pass would change nothing, so neither the engine (the turn's imports) nor a
-    platform's client is made, and the line comes within a second."""
+    platform's client is made."""
     due = await preview(app.sessions, app.config.schedule, now)
     if not due.claimed and not due.respread:
         return tick_summary(TickReport(), now)
