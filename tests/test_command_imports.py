@@ -103,14 +103,16 @@ QUICK = [  # (the command, what it says): each as on a fresh database
 ]
 
 
-@pytest.mark.parametrize(
-    "args, says", [pytest.param(*quick, id=" ".join(quick[0])) for quick in QUICK]
-)
-async def test_a_quick_command_loads_no_client_no_turn_no_model(env, tmp_path, args, says):
-    modules, said = await loaded_at_first_line(env, tmp_path, *args)
-    assert says in said
-    assert "sqlalchemy" in modules, "it did open the database"
-    assert not heavy(modules, NEVER_QUICK), heavy(modules, NEVER_QUICK)
+async def test_the_quick_commands_load_no_client_no_turn_no_model(env, tmp_path):
+    """All at once (each its own process): the suite's time, not each command's, is at stake."""
+    found = await asyncio.gather(*(loaded_at_first_line(env, tmp_path, *a) for a, _ in QUICK))
+    wrong = {}
+    for (args, says), (modules, said) in zip(QUICK, found, strict=True):
+        assert says in said, (args, said)
+        assert "sqlalchemy" in modules, f"{args}: it did open the database"
+        if heavy(modules, NEVER_QUICK):
+            wrong[" ".join(args)] = heavy(modules, NEVER_QUICK)
+    assert not wrong, wrong
 
 
 async def test_the_inspector_starts_without_the_engine_or_the_model(env, tmp_path):
