@@ -19,6 +19,7 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
+from core.memory.dates import days_named
 from core.memory.embeddings import closeness_of, query_vector
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
@@ -242,6 +243,8 @@ async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Pa
         embedding,
         speaker,
         closeness_of(ctx.embedder),
+        days_named(query),
+        ctx.timezone,
     )
     return found, note
 
@@ -251,7 +254,7 @@ async def conversation_search(
 ) -> str:
     """Search all past messages, including those no longer in view, by key words and meaning.
 
-    query: key words, names of things, or a short paraphrase; name a person for their words
+    query: key words, names of things, or a paraphrase; name a person, or a day (8 May 2023)
     page: which page of results, from 1
     request_heartbeat: true to run again right after this call
     """
