@@ -361,7 +361,9 @@ async def main() -> None:
                 f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
                 f"RRF k {ranking.RRF_K}, "
                 f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
-                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}; vector-only "
+                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}, those of the "
+                f"days a question names at {ranking.DATE_WEIGHT} (the best "
+                f"{ranking.DATE_RESULTS} of them results); vector-only "
                 f"hits count from {embedder.closeness if embedder else '-'}"
                 + (f"; tried: {', '.join(args.set)}" if args.set else ""),
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
@@ -423,7 +425,7 @@ async def main() -> None:
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(
-            ["page_size", "median ms", "p95 ms", "mean ms"],
+            ["page_size", "median ms", "p95 ms", "mean ms", "max ms"],
             [[max(ks), *stats_ms(latency).values()]],
         )
     )
