@@ -1,6 +1,6 @@
 """The days a search query names: "on 8 May, 2023", "in December 2023", "2023-05-08".
 
-    days_named(query)   the first span of days the query names (`Days`), or None
+    days_named(query)   the days a date in the query names (`Days`), or None
 
 Pure: a query's text in, plain dates out. A date is read only with its year, so "may" the
 verb, or "March" the name, is never taken for a month. Understood: ISO dates and months
@@ -41,8 +41,8 @@ _DAY = r"(\d{1,2})(?:st|nd|rd|th|\.|er)?"
 _YEAR = r"((?:19|20)\d\d)"
 _OF = r"(?:\s+(?:of|de|del))?"  # "8th of May", "8 de mayo de 2023"
 
-# (pattern, the group order of day, month, year: "dmy", "mdy", "my", "y"; month as a name
-# or a number)
+# (pattern, what its groups are, in order: y the year, m the month (a name or a number),
+# d the day), tried in this order
 _PATTERNS = [
     (re.compile(rf"\b{_YEAR}-(\d{{1,2}})-(\d{{1,2}})\b"), "ymd"),
     (re.compile(rf"{_YEAR}年(\d{{1,2}})月(\d{{1,2}})[日号]"), "ymd"),
@@ -64,7 +64,8 @@ class Days:
 
 
 def days_named(query: str) -> Days | None:
-    """The days the query names, the first date it holds; None when it names none."""
+    """The days of the first date found in `query` (the forms tried in `_PATTERNS`' order);
+    None when it names none."""
     for pattern, order in _PATTERNS:
         for found in pattern.finditer(query):
             days = _days(found.groups(), order)
