@@ -8,6 +8,7 @@ member finally receives.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -495,6 +496,51 @@ async def test_a_plain_answer_is_the_reply(engine, fake):
     assert [(h.kind, h.text) for h in found.hits] == [
         ("assistant", "Just plain words, no functions.")
     ]
+
+
+def _prompt_end(body: dict[str, Any]) -> str:
+    """The end of the prompt as a small model copies it: the status alert and all."""
+    return str(body["messages"][-1]["content"])
+
+
+@pytest.mark.parametrize("how", ["plain words", "send_message"])
+async def test_an_echo_of_the_prompts_alerts_never_reaches_the_member(engine, fake, how):
+    """SmolLM2 on llama-server began its answers with the prompt's status alert, which the
+    member then saw ("[system alert] Status: 1093 of 8192 tokens in use...")."""
+
+    def parrot(body: dict[str, Any]) -> dict[str, Any]:
+        words = f"{_prompt_end(body)}\n\nNice to meet you, Ana!"
+        if how == "plain words":
+            return completion(words)
+        return calls(tool_call("send_message", message=words))
+
+    fake.brain = script(parrot, say("never needed"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello, I am Ana")
+
+    assert "[system alert]" in _prompt_end(fake.chat_requests[0])  # what was echoed
+    assert len(exchange.replies) == 1
+    assert exchange.replies[0].endswith("Nice to meet you, Ana!")
+    assert not re.search(r"system alert|tokens in use|Out of view", exchange.replies[0])
+
+
+@pytest.mark.parametrize("how", ["plain words", "send_message"])
+async def test_an_answer_that_is_only_an_echo_is_asked_again(engine, fake, how):
+    def parrot(body: dict[str, Any]) -> dict[str, Any]:
+        echo = _prompt_end(body)[_prompt_end(body).index("[system alert]") :]
+        if how == "plain words":
+            return completion(echo)
+        return calls(tool_call("send_message", message=echo))
+
+    fake.brain = script(parrot, say("Hello Ana!"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello, I am Ana")
+
+    assert exchange.replies == ["Hello Ana!"]
+    told = json.dumps(fake.chat_requests[1]["messages"][-2:])
+    assert ("never sees system alerts" in told) == (how == "send_message")
 
 
 # --- search pagination -----------------------------------------------------------------------
