@@ -503,18 +503,27 @@ def _prompt_end(body: dict[str, Any]) -> str:
     return str(body["messages"][-1]["content"])
 
 
+def parrot(how: str, words: Callable[[str], str]) -> Answer:
+    """A small model that answers with `words(the end of its prompt)`, in plain words or
+    through send_message."""
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        said = words(_prompt_end(body))
+        if how == "plain words":
+            return completion(said)
+        return calls(tool_call("send_message", message=said))
+
+    return answer
+
+
 @pytest.mark.parametrize("how", ["plain words", "send_message"])
 async def test_an_echo_of_the_prompts_alerts_never_reaches_the_member(engine, fake, how):
     """SmolLM2 on llama-server began its answers with the prompt's status alert, which the
     member then saw ("[system alert] Status: 1093 of 8192 tokens in use...")."""
 
-    def parrot(body: dict[str, Any]) -> dict[str, Any]:
-        words = f"{_prompt_end(body)}\n\nNice to meet you, Ana!"
-        if how == "plain words":
-            return completion(words)
-        return calls(tool_call("send_message", message=words))
-
-    fake.brain = script(parrot, say("never needed"))
+    fake.brain = script(
+        parrot(how, lambda end: f"{end}\n\nNice to meet you, Ana!"), say("never needed")
+    )
     scope = await engine.agent("t", "alice")
 
     exchange = await talk(engine, scope, "hello, I am Ana")
@@ -527,13 +536,8 @@ async def test_an_echo_of_the_prompts_alerts_never_reaches_the_member(engine, fa
 
 @pytest.mark.parametrize("how", ["plain words", "send_message"])
 async def test_an_answer_that_is_only_an_echo_is_asked_again(engine, fake, how):
-    def parrot(body: dict[str, Any]) -> dict[str, Any]:
-        echo = _prompt_end(body)[_prompt_end(body).index("[system alert]") :]
-        if how == "plain words":
-            return completion(echo)
-        return calls(tool_call("send_message", message=echo))
-
-    fake.brain = script(parrot, say("Hello Ana!"))
+    only_the_alert = parrot(how, lambda end: end[end.index("[system alert]") :])
+    fake.brain = script(only_the_alert, say("Hello Ana!"))
     scope = await engine.agent("t", "alice")
 
     exchange = await talk(engine, scope, "hello, I am Ana")
