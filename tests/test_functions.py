@@ -19,6 +19,7 @@ from core.config import EngineConfig
 from core.errors import ToolError
 from core.events import MAX_EVENT_CHARS, EventKind, InboundEvent
 from core.memory.executor import MODELS, parse_arguments
+from core.memory.prompt import for_member
 from core.memory.search import recall_search
 from core.memory.tools import TOOLS, conversation_search, send_message
 from core.memory.turn import STEP_CAP_REPLY
@@ -545,6 +546,21 @@ async def test_an_answer_that_is_only_an_echo_is_asked_again(engine, fake, how):
     assert exchange.replies == ["Hello Ana!"]
     told = json.dumps(fake.chat_requests[1]["messages"][-2:])
     assert ("never sees system alerts" in told) == (how == "send_message")
+
+
+@pytest.mark.parametrize(
+    "answer, seen",
+    [
+        ("[system alert] Status: 9 of 99 tokens\nOut of view: 0.\n\nHi Ana!", "Hi Ana!"),
+        ("[system alert] Status: 9 of 99\r\nmore\r\n\r\nHi Ana!", "Hi Ana!"),  # CRLF
+        ("Hi Ana!\n\n[SYSTEM ALERT] Summary of the 4 earlier messages", "Hi Ana!"),
+        ("Before\n\n[system alert] a note\n\n\n\nAfter", "Before\n\nAfter"),
+        ("Alerts are what you said?", "Alerts are what you said?"),
+        ("[system alert]", ""),
+    ],
+)
+def test_what_a_member_may_see_of_an_answer(answer, seen):
+    assert for_member(answer) == seen
 
 
 # --- search pagination -----------------------------------------------------------------------

@@ -108,7 +108,7 @@ def status_message(
 
 
 # An alert as a model may echo it: from its tag to the end of its paragraph.
-_ALERT_ECHO = re.compile(r"\[system alert\][^\n]*(?:\n(?![ \t]*\n)[^\n]*)*", re.IGNORECASE)
+_ALERT_ECHO = re.compile(r"\[system alert\][^\n]*(?:\n(?![ \t\r]*\n)[^\n]*)*", re.IGNORECASE)
 
 
 def for_member(text: str) -> str:
