@@ -21,6 +21,7 @@ from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
 from core.memory.dates import days_named
 from core.memory.embeddings import closeness_of, query_vector
+from core.memory.prompt import for_member
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
@@ -168,6 +169,11 @@ async def send_message(ctx: ToolContext, message: Reply) -> str:
     """
     if not message.strip():
         raise ToolError("message is empty; write what you want to say")
+    message = for_member(message)
+    if not message:
+        raise ToolError(
+            "not sent: the person never sees system alerts; write your own words to them"
+        )
     if not ctx.may_send:
         raise ToolError("you cannot message the person now (memory upkeep); just tidy memory")
     if len(ctx.sent) >= ctx.config.max_sends:
