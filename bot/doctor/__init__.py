@@ -40,7 +40,7 @@ __all__ = ["run_doctor"]
 CHECKS = (
     ("bot.doctor.database", "check_database"),
     ("bot.doctor.model", "check_model"),
-    ("bot.doctor.model", "check_local_embedder"),
+    ("bot.doctor.embedder", "check_local_embedder"),
     ("bot.doctor.platforms", "check_platforms"),
 )
 
