@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 
 def utcnow() -> datetime:
+    """The engine's default clock (as `core.runtime.engine.utcnow`, without importing it)."""
     return datetime.now(UTC)
 
 
