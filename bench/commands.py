@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, revision
+from bench.common import machine, revision, stop_warm_servers
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,7 +180,7 @@ async def main() -> None:
             print(f"{'command':<26} {'first line':>10} {'done':>8} {'CPU':>7}  exit")
             worst = await every_command(args, env, commands(Path(scratch)))
             print(f"\nslowest database command: first line {worst[0]:.2f} s, done {worst[1]:.2f} s")
-            await stop_warm_server(Path(scratch) / "data")
+            stop_warm_servers(Path(scratch))
 
 
 async def every_command(
@@ -225,21 +225,6 @@ def median(runs: list[tuple], at: int) -> float:
 
 def row(label: str, first: float, done: float, cpu: float, codes: set[int]) -> str:
     return f"{label:<26} {first:>9.2f}s {done:>7.2f}s {cpu:>6.2f}s  {sorted(codes)}"
-
-
-async def stop_warm_server(data: Path) -> None:
-    """Stop an embedded server left running for the next command, before its folder goes."""
-    pid_file = data / "postgres" / "postmaster.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text().split()[0])
-        try:
-            os.kill(pid, signal.SIGINT)  # Postgres' fast shutdown
-        except ProcessLookupError:
-            return
-        for _ in range(100):
-            if not pid_file.exists():
-                return
-            await asyncio.sleep(0.1)
 
 
 def free_port() -> int:
