@@ -40,7 +40,8 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # 3 s bound on an upload, since made 30 s, and a Traceback in the logs of two real-process
 # tests: a Discord shard process redelivering the other's reply, and the SIGKILL campaign
 # of tests/test_acknowledged.py), and a `companion chat` in a test was once still running
-# after 60 s; none of that came back in the three runs.
+# after 60 s; none of that came back in the three runs, nor in a fourth after more tests came
+# in (1,215 in 5:37 at load 3, 297 s of CPU).
 WORKERS ?= 2
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py
