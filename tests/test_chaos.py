@@ -143,6 +143,24 @@ def test_checks_flag_an_answer_to_another_message_and_an_answer_shown_twice():
     assert kinds == ["answered_twice", "misanswered", "unanswered"]
 
 
+def test_checks_flag_answers_shown_out_of_order_unless_the_earlier_send_failed():
+    first, second = said(ANN, 1), said(ANN, 2)
+    ack_first, ack_second = f"ack {first.words_tag}", f"ack {second.words_tag}"
+    db = stored(
+        (first.words_tag, 10, ANN_AGENT, "done"),
+        (second.words_tag, 11, ANN_AGENT, "done"),
+        replies={10: [(ack_first, True)], 11: [(ack_second, True)]},
+    )
+    assert check([first, second], db, {ANN.channel: [ack_first, ack_second]}) == []
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == ["out_of_order"]
+    # The first answer's send failed once: it waited for a retry while the second went out.
+    db.resent = {10}
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == []
+    # Only the earlier answer's failure excuses it.
+    db.resent = {11}
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == ["out_of_order"]
+
+
 def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():
     ledger = Ledger(window=8192)
     ledger.calls += [
