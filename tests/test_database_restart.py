@@ -1,12 +1,15 @@
-"""Discord while the database restarts: what Discord will not send again is not lost to it.
+"""The platforms while the database restarts: what they will not send again is not lost.
 
 Discord sends a message once. A message that comes while the database is down (restarted,
 failing over) cannot be stored; before, the bot apologised and the message was gone until
 some later session read its channel back, and a read-back that ran while the database was
-down was gone too. Now both wait for the database (core/runtime/reconnect.py).
+down was gone too. Slack sends an event again until it is acknowledged, but not after: a
+turn the restart cut after the acknowledgement got an apology, and its answer waited for
+the next pass over what is pending (a message held for its files, for the next start).
+Now all of them wait for the database (core/runtime/reconnect.py).
 
 The tests of this module run on an embedded Postgres of their own, restarted for real
-(`pg_url` is this module's); the bot is tests/test_discord.py's.
+(`pg_url` is this module's); the Discord bot is tests/test_discord.py's.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from adapters.common import SORRY
+from adapters.common import SORRY, Services
 from tests.fake_discord import message, user
-from tests.rigs import settle
+from tests.fake_openai import default_brain
+from tests.rigs import settle, slack_message, slack_rig
 from tests.test_discord import ANN, DM, NAMES
 from tests.test_discord import bot as bot  # noqa: F401
 from tests.test_discord_catchup import missed, new_session, said
@@ -81,3 +85,22 @@ async def test_a_new_session_while_the_database_is_down_reads_back_once_it_is_ba
     await new_session(bot, engine)  # READY: the read-back starts while the database is down
     await back
     assert bot.api.texts(DM) == ["You said: hello", "You said: did you get my note?"]
+
+
+async def test_a_slack_turn_the_database_cut_is_answered_once_it_is_back(
+    engine, members, fake, restartable
+):
+    back: list[asyncio.Task] = []
+
+    async def brain(body: dict[str, Any]) -> Any:
+        if not back:  # the answer is on its way when the database stops
+            await asyncio.to_thread(restartable.stop)
+            back.append(asyncio.create_task(back_after(restartable, 1.5)))
+        return default_brain(body)
+
+    fake.brain = brain
+    async with slack_rig(Services(engine, members), users=("U1",)) as slack:
+        await slack.dispatch(slack_message(text="hello"))  # acknowledged, then the turn
+        await back[0]
+        await engine.wait_idle()
+        assert [post["text"] for post in slack.posted()] == ["You said: hello"]
