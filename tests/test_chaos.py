@@ -159,6 +159,12 @@ def test_checks_flag_answers_shown_out_of_order_unless_the_earlier_send_failed()
     # Only the earlier answer's failure excuses it.
     db.resent = {11}
     assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == ["out_of_order"]
+    # Words beside a file wait for the file to be read: a later message may go first.
+    first.file_tag = tag(ANN.mid, 3)
+    db.events[first.file_tag] = [(9, ANN_AGENT, "user_action", "done")]
+    db.recall[(ANN_AGENT, first.file_tag)] = 1
+    db.passages[(ANN_AGENT, first.file_tag)] = 1
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == []
 
 
 def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():

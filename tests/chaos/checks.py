@@ -20,7 +20,9 @@ to a live gateway session), for each of its tags (its words, its file):
     answered_twice  `ack <tag>` shown more than once in the member's channel
     out_of_order  `ack <tag>` shown after the answer to a message the member's agent
                   stored later (a later event), though no send of its replies had failed
-                  (a reply whose send failed waits for a retry: later ones go first)
+                  (a reply whose send failed waits for a retry: later ones go first) and
+                  it carried no file (words beside files wait, held, until the files are
+                  read: a message written meanwhile is answered first)
     undelivered   a reply of its event still in the outbox
     not_shown     a reply marked delivered that the member's channel does not show
 
@@ -188,7 +190,7 @@ class Checker:
     when: Callable[[Item], str] = lambda item: ""  # when it was acknowledged, for reports
     violations: list[Violation] = field(default_factory=list)
     erased: int = 0
-    reordered: int = 0  # answers shown after later ones because a send of theirs failed
+    reordered: int = 0  # answers shown after later ones: a send of theirs failed, or held
     _item: Item | None = None
 
     def flag(self, kind: str, member: str, mark: str, detail: str) -> None:
@@ -227,6 +229,7 @@ class Checker:
         (one agent handles its events oldest first; the outbox sends a member's earlier
         replies before later ones), unless a send of the earlier answer had failed."""
         shown: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
+        held = {item.words_tag for item in self.items if item.file_tag}
         for item in self.items:
             mark, member = item.words_tag, item.member
             if item.acked_at is None or mark is None:
@@ -244,8 +247,9 @@ class Checker:
             answers.sort()
             for n, (eid, at, mark) in enumerate(answers):
                 later = [(e, m) for e, a, m in answers[n + 1 :] if a < at]
-                self.reordered += int(bool(later) and eid in self.stored.resent)
-                if later and eid not in self.stored.resent:
+                excused = eid in self.stored.resent or mark in held
+                self.reordered += int(bool(later) and excused)
+                if later and not excused:
                     self.flag(
                         "out_of_order",
                         mid,

@@ -145,7 +145,7 @@ def verdict(
         "db restarts": len(campaign.restarted),
         "settings races": len(plan.races),
         "settings told": sum(len(r.told) for r in plan.races),
-        "out of order, a send failed": checker.reordered,
+        "out of order, a send failed or held": checker.reordered,
         # How often the allowances for a restart of the database were needed
         "starts stopped by a restart": sum(1 for g in runs if g.ended_by == "exit"),
         "imports stopped by a restart": sum(
