@@ -23,12 +23,14 @@ from typing import Any
 import pytest
 
 from adapters.common import SORRY, Services
+from core.runtime.reconnect import unreachable
 from tests.fake_discord import message, user
 from tests.fake_openai import default_brain
 from tests.rigs import settle, slack_message, slack_rig
 from tests.test_discord import ANN, DM, NAMES
 from tests.test_discord import bot as bot  # noqa: F401
 from tests.test_discord_catchup import missed, new_session, said
+from tests.test_run import free_port
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +106,19 @@ async def test_a_slack_turn_the_database_cut_is_answered_once_it_is_back(
         await back[0]
         await engine.wait_idle()
         assert [post["text"] for post in slack.posted()] == ["You said: hello"]
+
+
+async def test_only_the_database_out_of_reach_is_waited_for(tmp_path):
+    """What `when_back` waits out: the database's driver failing to reach it. A platform's
+    HTTP client failing to connect is an OS error too, but not the database's."""
+    import aiohttp
+    import asyncpg
+
+    with pytest.raises(OSError) as no_socket:
+        await asyncpg.connect(f"postgresql://companion@/x?host={tmp_path}")
+    assert unreachable(no_socket.value)
+    with pytest.raises(OSError) as no_server:
+        async with aiohttp.ClientSession() as http:
+            await http.get(f"http://127.0.0.1:{free_port()}/")
+    assert not unreachable(no_server.value)
+    assert not unreachable(ConnectionRefusedError("raised here, not by the driver"))

@@ -35,6 +35,7 @@ DATABASE_WAIT = 300.0  # seconds: a managed server's restart or failover takes o
 # SQLSTATEs of a server that is going away or not there yet, beside class 08 (connections):
 # admin shutdown, crash shutdown, cannot connect now (starting up, recovering)
 _GOING = ("57P01", "57P02", "57P03")
+DRIVERS = ("asyncpg", "sqlalchemy")  # modules whose OS errors are the database's
 
 T = TypeVar("T")
 
@@ -43,11 +44,22 @@ def _gone(state: object) -> bool:
     return isinstance(state, str) and (state.startswith("08") or state in _GOING)
 
 
+def _in_driver(error: BaseException) -> bool:
+    """Was it raised by the database's driver (not, say, a platform's HTTP client)?"""
+    trace = error.__traceback__
+    while trace is not None:
+        if str(trace.tb_frame.f_globals.get("__name__", "")).startswith(DRIVERS):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def unreachable(error: BaseException) -> bool:
-    """Is this the database out of reach (as opposed to a statement it refused)?"""
+    """Is this the database out of reach (as opposed to a statement it refused, or another
+    server that failed)?"""
     cause: BaseException | None = error
     while cause is not None:
-        if isinstance(cause, OSError):
+        if isinstance(cause, OSError) and _in_driver(cause):  # refused, no socket, reset
             return True
         if isinstance(cause, DBAPIError):
             if cause.connection_invalidated or _gone(getattr(cause.orig, "sqlstate", None)):
