@@ -227,9 +227,19 @@ class Checker:
     def _in_order(self) -> None:
         """Per member: the answers shown in the order their agent stored the messages
         (one agent handles its events oldest first; the outbox sends a member's earlier
-        replies before later ones), unless a send of the earlier answer had failed."""
+        replies before later ones), unless a send of one of the member's replies before
+        the later answer had failed (the outbox passes over a reply whose post failed, and
+        after a second failure lets the new answer go, as the earlier ones may wait in
+        another thread), or the earlier words were held for their files."""
         shown: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
         held = {item.words_tag for item in self.items if item.file_tag}
+        failed: dict[str, list[int]] = collections.defaultdict(list)  # member -> event ids
+        for item in self.items:
+            owner = (item.member.tenant, item.member.user)
+            for mark in item.tags:
+                for eid, agent, _, _ in self.stored.events.get(mark, []):
+                    if eid in self.stored.resent and self.stored.agents.get(agent) == owner:
+                        failed[item.member.mid].append(eid)
         for item in self.items:
             mark, member = item.words_tag, item.member
             if item.acked_at is None or mark is None:
@@ -247,7 +257,8 @@ class Checker:
             answers.sort()
             for n, (eid, at, mark) in enumerate(answers):
                 later = [(e, m) for e, a, m in answers[n + 1 :] if a < at]
-                excused = eid in self.stored.resent or mark in held
+                last = max((e for e, _ in later), default=0)
+                excused = mark in held or any(e < last for e in failed[mid])
                 self.reordered += int(bool(later) and excused)
                 if later and not excused:
                     self.flag(
@@ -255,7 +266,7 @@ class Checker:
                         mid,
                         mark,
                         f"event {eid}'s answer shown after the answer to event {later[0][0]} "
-                        f"({later[0][1]}), no send of it failed",
+                        f"({later[0][1]}), no send of the member's replies before it failed",
                     )
 
     def _erased(self, agent: int, eid: int) -> bool:
