@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.companion import INSTRUCTIONS_LIMIT, CompanionProfile, Reach
 from core.errors import BadSetting
 from core.members.community import Community, checked_welcome_text
 from core.members.service import Members, MemoryView
-from core.runtime.engine import Engine
 from core.tenants.access import Access
+
+if TYPE_CHECKING:  # the engine's modules (the turn, the tools' schemas) are not the inspector's
+    from core.runtime.engine import Engine
 
 
 @dataclass(frozen=True)

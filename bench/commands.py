@@ -1,13 +1,19 @@
 """How long every `companion` command takes, as an operator runs it: a new process each time,
 on the embedded database (no DATABASE_URL), with the built-in local embedder.
 
-    python bench/commands.py [--runs 3] [--companion .venv/bin/companion]
+    python bench/commands.py [--runs 3] [--companion .venv/bin/companion] [--against OTHER]
 
 For each command: the seconds until its first line (stdout or stderr) and until it exits,
 the median of --runs warm runs (the embedded database already initialised; each command
 runs once first, unmeasured), and the very first command of all (cold: initdb and the
 migrations). The model is tests.fake_openai on loopback, so `chat` measures Companion, not a
 model. `run` and `web` are servers: their time is to their first log line, then SIGTERM.
+`chat` on a terminal runs in a pseudo-terminal: its first line is what it prints first,
+"done" is its prompt (ready for a message); the member then types for TYPING seconds, and
+the row below it is the time from the message to the reply. `--against OTHER` (another
+checkout's `companion`, e.g. a script running `python -m bot.cli` there) runs each command
+with it too, alternately, on the same database: a row `  against` under each, measured
+in the same moments, so that other work on the machine weighs on both alike.
 CPU is the process's own user + system time (and its children's: pg_ctl when it starts
 the server), which other work on the machine inflates less than wall time. The targets
 (issue 31): first line within 1 s, done within 2 s.
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import pty
 import resource
 import signal
 import statistics
@@ -28,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import machine, revision
+from bench.common import machine, revision, stop_warm_servers
 from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,12 +104,64 @@ async def timed(
     return (first if first is not None else done), done, code, cpu
 
 
+TYPING = 3.0  # seconds the member takes to type the first message, in the terminal chat
+
+
+async def timed_terminal(companion: str, env: dict) -> tuple[float, float, float, int, float]:
+    """`companion chat` on a terminal: (seconds to its first output, to its prompt, from the
+    message typed to the reply, exit status, CPU seconds it used)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    main, secondary = pty.openpty()
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        companion,
+        "chat",
+        "--user",
+        "ana",
+        stdin=secondary,
+        stdout=secondary,
+        stderr=secondary,
+        env={**env, "TERM": "xterm"},
+    )
+    os.close(secondary)
+    loop = asyncio.get_running_loop()
+    seen = b""
+    first: float | None = None
+
+    async def until(marker: bytes) -> float:
+        nonlocal seen, first
+        while marker not in seen:
+            chunk = await loop.run_in_executor(None, os.read, main, 4096)
+            if not chunk:
+                raise RuntimeError(f"chat ended before {marker!r}: {seen[-500:]!r}")
+            seen += chunk
+            first = first if first is not None else time.perf_counter() - started
+        return time.perf_counter() - started
+
+    prompt = await until(b"you>")
+    await asyncio.sleep(TYPING)
+    seen = b""
+    typed = time.perf_counter() - started
+    os.write(main, b"hello\r")
+    reply = await until(b"companion>") - typed
+    os.write(main, b"/quit\r")
+    code = await proc.wait()
+    os.close(main)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert first is not None
+    return first, prompt, reply, code, cpu
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3, help="warm runs per command (median)")
     parser.add_argument("--companion", default=str(ROOT / ".venv" / "bin" / "companion"))
+    parser.add_argument("--against", help="another `companion` to run alternately with it")
     args = parser.parse_args()
     print(f"{machine()}; code {revision()}; {args.runs} warm runs per command")
+    if args.against:
+        print(f"  against: {args.against}")
     with tempfile.TemporaryDirectory(prefix="companion-bench-commands-") as scratch:
         async with FakeOpenAI() as fake:
             ours = ("OPENAI_", "COMPANION_")
@@ -116,41 +175,56 @@ async def main() -> None:
                 COMPANION_HTTP_HOST="127.0.0.1",
                 COMPANION_HTTP_PORT=str(free_port()),
             )
-            listed = commands(Path(scratch))
             cold = await timed(args.companion, ["usage"], "", env)
             print(f"cold start (initdb, migrations): usage took {cold[1]:.2f} s\n")
             print(f"{'command':<26} {'first line':>10} {'done':>8} {'CPU':>7}  exit")
-            worst_first = worst_done = 0.0
-            for label, argv, stdin in listed:
-                await timed(args.companion, argv, stdin, env)  # warm it (and its data)
-                runs = [await timed(args.companion, argv, stdin, env) for _ in range(args.runs)]
-                first = statistics.median(r[0] for r in runs)
-                done = statistics.median(r[1] for r in runs)
-                cpu = statistics.median(r[3] for r in runs)
-                codes = sorted({r[2] for r in runs})
-                print(f"{label:<26} {first:>9.2f}s {done:>7.2f}s {cpu:>6.2f}s  {codes}")
-                if argv[0] not in ("--version", "--help"):
+            worst = await every_command(args, env, commands(Path(scratch)))
+            print(f"\nslowest database command: first line {worst[0]:.2f} s, done {worst[1]:.2f} s")
+            stop_warm_servers(Path(scratch))
+
+
+async def every_command(
+    args: argparse.Namespace, env: dict, listed: list[tuple[str, list[str], str]]
+) -> tuple[float, float]:
+    """Print each command's row (and the other `companion`'s); the slowest (first, done)."""
+    worst_first = worst_done = 0.0
+    which = [args.companion, *([args.against] if args.against else [])]
+    for label, argv, stdin in listed:
+        runs: dict[str, list[tuple]] = {exe: [] for exe in which}
+        for exe in which:
+            await timed(exe, argv, stdin, env)  # warm it (and its data)
+        for _ in range(args.runs):
+            for exe in which:
+                runs[exe].append(await timed(exe, argv, stdin, env))
+        for exe, got in runs.items():
+            first, done = median(got, 0), median(got, 1)
+            name = label if exe == args.companion else "  against"
+            print(row(name, first, done, median(got, 3), {r[2] for r in got}))
+            if argv[0] not in ("--version", "--help") and exe == args.companion:
+                worst_first, worst_done = max(worst_first, first), max(worst_done, done)
+        if label.startswith("chat"):  # and as a person chats: on a terminal
+            chats: dict[str, list[tuple]] = {exe: [] for exe in which}
+            for exe in which:
+                await timed_terminal(exe, env)
+            for _ in range(args.runs):
+                for exe in which:
+                    chats[exe].append(await timed_terminal(exe, env))
+            for exe, got in chats.items():
+                first, done, codes = median(got, 0), median(got, 1), {r[3] for r in got}
+                name = "chat (terminal, prompt)" if exe == args.companion else "  against"
+                print(row(name, first, done, median(got, 4), codes))
+                print(f"{'  reply after typing':<26} {'':>10} {median(got, 2):>7.2f}s")
+                if exe == args.companion:
                     worst_first, worst_done = max(worst_first, first), max(worst_done, done)
-            print(
-                f"\nslowest database command: first line {worst_first:.2f} s, "
-                f"done {worst_done:.2f} s"
-            )
-            await stop_warm_server(Path(scratch) / "data")
+    return worst_first, worst_done
 
 
-async def stop_warm_server(data: Path) -> None:
-    """Stop an embedded server left running for the next command, before its folder goes."""
-    pid_file = data / "postgres" / "postmaster.pid"
-    if pid_file.exists():
-        pid = int(pid_file.read_text().split()[0])
-        try:
-            os.kill(pid, signal.SIGINT)  # Postgres' fast shutdown
-        except ProcessLookupError:
-            return
-        for _ in range(100):
-            if not pid_file.exists():
-                return
-            await asyncio.sleep(0.1)
+def median(runs: list[tuple], at: int) -> float:
+    return statistics.median(r[at] for r in runs)
+
+
+def row(label: str, first: float, done: float, cpu: float, codes: set[int]) -> str:
+    return f"{label:<26} {first:>9.2f}s {done:>7.2f}s {cpu:>6.2f}s  {sorted(codes)}"
 
 
 def free_port() -> int:

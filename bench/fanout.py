@@ -64,6 +64,7 @@ from bench.slack_http import (
     cpu_seconds,
     envelope,
     free_port,
+    server_options,
     wait_listening,
 )
 from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
@@ -263,12 +264,8 @@ def _reply_to(posts: list[dict[str, Any]], user: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--members", type=int, default=100)
-    parser.add_argument("--latency", type=float, default=2.0, help="seconds per model call")
     parser.add_argument("--concurrency", type=int, default=64, help="COMPANION_MODEL_CONCURRENCY")
-    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
-    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
-    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
-    parser.add_argument("--count-sql", help="count the server's SQL of the burst into this file")
+    server_options(parser, latency=2.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-fanout-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))

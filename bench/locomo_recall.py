@@ -73,6 +73,7 @@ from bot.eval.locomo import (
 )
 from core.config import EngineConfig
 from core.local_embedder import LocalEmbedder
+from core.memory.dates import days_named
 from core.memory.embeddings import closeness_of, embed_missing, query_vector
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
@@ -280,6 +281,7 @@ async def main() -> None:
     product, reference = Scores(), Scores()
     evidence = EvidenceLog()
     latency: list[float] = []
+    dated: list[float] = []  # the same, for the questions that name days (core.memory.dates)
     paging: list[tuple[int, int, int]] = []  # (results, pages told, pages read) per question
     asked: list[tuple[int, list[str], set[str]]] = []  # (results, first ids, gold): other sizes
     per_conversation = []
@@ -320,6 +322,8 @@ async def main() -> None:
                     start = time.perf_counter()
                     page, _ = await find_messages(ctx, qa["question"], 1)
                     latency.append(time.perf_counter() - start)
+                    if days_named(qa["question"]) is not None:
+                        dated.append(latency[-1])
                     ids = [dia_of[hit.id] for hit in page.hits]
                     if qa["category"] != 5:
                         told, read = pages_at(EngineConfig().page_size, page.total, ids, gold)
@@ -361,7 +365,9 @@ async def main() -> None:
                 f"{max(ks)}, cut at k in {ks}; fusion depth {ranking.DEPTH}, "
                 f"RRF k {ranking.RRF_K}, "
                 f"neighbours of the top {ranking.ANCHORS}, weights {ranking.NEIGHBOUR_WEIGHTS}, "
-                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}; vector-only "
+                f"the named speaker's messages again at {ranking.SPEAKER_WEIGHT}, those of the "
+                f"days a question names at {ranking.DATE_WEIGHT} (the best "
+                f"{ranking.DATE_RESULTS} of them results); vector-only "
                 f"hits count from {embedder.closeness if embedder else '-'}"
                 + (f"; tried: {', '.join(args.set)}" if args.set else ""),
                 "embedder": f"{args.embedder} ({speed}; catch-up pass {embed_seconds:.1f} s "
@@ -423,8 +429,13 @@ async def main() -> None:
     print(f"\nconversation_search latency, query embedding included ({len(latency)} questions)")
     print(
         table(
-            ["page_size", "median ms", "p95 ms", "mean ms"],
-            [[max(ks), *stats_ms(latency).values()]],
+            ["page_size", "median ms", "p95 ms", "mean ms", "max ms"],
+            [[max(ks), *stats_ms(latency).values()]]
+            + (
+                [[f"{max(ks)}, the {len(dated)} naming days", *stats_ms(dated).values()]]
+                if dated
+                else []
+            ),
         )
     )
     print(

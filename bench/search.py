@@ -8,7 +8,8 @@ Loads, for one agent, --rows messages (generated English chat lines spread over 
 to its agent. Then times
 the product's own search functions (`core.memory.search`): `recall_search` with
 natural-language questions and a query vector (full text and HNSW fused, the turns next to
-the best hits ranked too), the same by key words only, `recall_by_date` over 1-7 day ranges,
+the best hits ranked too), the same with a day named (its messages ranked once more, one
+statement more), the same by key words only, `recall_by_date` over 1-7 day ranges,
 `archival_search` with words and a vector, with a vector alone (EXPLAIN shows whether
 `passage_vectors_embedding` is used) and by key words (embedding=None). Pages 1 and 3,
 --page-size results each, after --warmup other queries of the same kind (untimed: a fresh
@@ -26,8 +27,8 @@ COUNT_PASSAGES); then the same indexes are rebuilt from their saved definitions 
 and the tables vacuumed and checkpointed (so that the first searches do not run while the
 load's new pages are written out).
 The HNSW build takes minutes at 1536 dimensions on 2 cores; --dim 384 is a quicker run.
-At the end, EXPLAIN ANALYZE of every statement one recall_search (words + embedding)
-sends: where its time goes. Needs PostgreSQL 16+ (random_normal) and pgvector 0.8+.
+At the end, EXPLAIN ANALYZE of every statement one recall_search (words + embedding, a day
+named) sends: where its time goes. Needs PostgreSQL 16+ (random_normal) and pgvector 0.8+.
 
 Every search runs as a turn runs it: as the role Companion connects as (`companion_app` on
 the embedded server), inside the member's wall (`enter_scope`), where row-level security
@@ -70,6 +71,7 @@ from bench.common import (
 )
 from core.config import EngineConfig
 from core.directory import ensure_agent
+from core.memory.dates import Days
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.terms import COUNT_PASSAGES, LIST_PASSAGES, REBUILD_ALL
 from core.scope import Scope, enter_scope
@@ -341,6 +343,12 @@ async def main() -> None:
         def hybrid_recall(q: str, v: list[float]) -> Search:
             return lambda s, page: recall_search(s, target, q, page, size, None, v)
 
+        def on_a_day(q: str, v: list[float], r: tuple[date, date]) -> Search:
+            days = Days(r[0] - timedelta(days=1), r[0] + timedelta(days=1))  # as named
+            return lambda s, page: recall_search(
+                s, target, q, page, size, None, v, None, None, days
+            )
+
         def hybrid_archival(q: str, v: list[float]) -> Search:
             return lambda s, page: archival_search(s, target, q, v, page, size)
 
@@ -356,6 +364,10 @@ async def main() -> None:
         pairs = list(zip(questions, vectors, strict=True))
         kinds = [
             ("recall_search (words + embedding)", [hybrid_recall(q, v) for q, v in pairs]),
+            (
+                "recall_search (words + embedding, a day named)",
+                [on_a_day(q, v, r) for (q, v), r in zip(pairs, ranges, strict=True)],
+            ),
             ("recall_search (key words only)", [recall(q) for q in questions]),
             ("recall_by_date (1-7 days)", [by_date(r) for r in ranges]),
             ("archival_search (words + embedding)", [hybrid_archival(q, v) for q, v in pairs]),
@@ -390,7 +402,10 @@ async def main() -> None:
         hybrid_sql = Capture(db)
         async with sessions() as session, session.begin():
             await enter_scope(session, target)
-            await recall_search(session, target, questions[1], 1, size, None, vectors[1])
+            named = Days(ranges[1][0], ranges[1][0])  # a day named: its statement shows too
+            await recall_search(
+                session, target, questions[1], 1, size, None, vectors[1], None, None, named
+            )
             hybrid_plans = [await explain(session, sql) for sql in hybrid_sql.statements]
             buffers = await session.scalar(text("SHOW shared_buffers"))
 

@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
+from sqlalchemy import text
 
 from bench.common import (
     ROOT,
@@ -85,6 +86,13 @@ def _stat(pid: int) -> list[str]:
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of one process (all its threads), from /proc."""
     fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def loop_thread_cpu(pid: int) -> float:
+    """User + system CPU of the process's main thread: its event loop. The rest is worker
+    threads, where the local embedding model runs."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
@@ -315,7 +323,7 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 stderr=asyncio.subprocess.PIPE,
             )
             try:
-                n = await measure(args, proc, port, replies, data_dir, fake, brain)
+                n = await measure(args, proc, port, replies, data_dir, fake, brain, admin_url)
             finally:
                 proc.terminate()
                 _, err = await proc.communicate()
@@ -326,6 +334,24 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 print(table(["SQL of the timed run (companion run)", ""], rows))
 
 
+async def vectors_made(url: str, seconds: float = 60.0) -> None:
+    """Return once every stored message has its vector (as the superuser: the rows are
+    behind the wall for the app's role)."""
+    engine = make_engine(url, pool_size=1)
+    try:
+        for _ in range(int(seconds / 0.05)):
+            async with engine.connect() as connection:
+                waiting = await connection.scalar(
+                    text("SELECT count(*) FROM message_vectors WHERE embedding IS NULL")
+                )
+            if not waiting:
+                return
+            await asyncio.sleep(0.05)
+        raise SystemExit(f"{waiting} messages still had no vector after {seconds:.0f} s")
+    finally:
+        await engine.dispose()
+
+
 async def measure(
     args: argparse.Namespace,
     proc: Any,
@@ -334,6 +360,7 @@ async def measure(
     data_dir: Path,
     fake: FakeOpenAI,
     brain: Brain,
+    admin_url: str,
 ) -> int:
     url = f"http://127.0.0.1:{port}/slack/events"
     connector = aiohttp.TCPConnector(limit=args.clients)
@@ -358,9 +385,13 @@ async def measure(
         acks_before = await ack_buckets(http, args.ops_port)
         with Spy(proc.pid, args.py_spy):
             cpu0, pg0, own0 = cpu_seconds(proc.pid), postgres_cpu(data_dir), own_cpu()
+            loop0 = loop_thread_cpu(proc.pid)
             load = os.getloadavg()
             await asyncio.gather(*(client() for _ in range(args.clients)))
+            if args.embedder != "none":  # the vectors of the last messages count too
+                await vectors_made(admin_url)
             cpu, pg_cpu = cpu_seconds(proc.pid) - cpu0, postgres_cpu(data_dir) - pg0
+            loop_cpu = loop_thread_cpu(proc.pid) - loop0
         own = own_cpu() - own0
         calls = len(fake.requests) - calls_before
         server_acks = ack_rows(acks_before, await ack_buckets(http, args.ops_port))
@@ -400,6 +431,10 @@ async def measure(
                 ["latency p95, ms", f"{latency['p95']:.0f}"],
                 ["acknowledgement p50 / p95, ms", f"{ack['median']:.0f} / {ack['p95']:.0f}"],
                 ["companion run CPU per message, ms", f"{cpu / n * 1000:.1f}"],
+                [
+                    "  of which worker threads (the local embedding model), ms",
+                    f"{(cpu - loop_cpu) / n * 1000:.1f}",
+                ],
                 ["Postgres CPU per message (all its processes), ms", f"{pg_cpu / n * 1000:.1f}"],
                 ["this script CPU per message (clients, fakes), ms", f"{own / n * 1000:.1f}"],
                 *server_acks,
@@ -410,17 +445,22 @@ async def measure(
     return n
 
 
+def server_options(parser: argparse.ArgumentParser, latency: float) -> None:
+    """The options of a bench that runs one `companion run` against the fakes."""
+    parser.add_argument("--latency", type=float, default=latency, help="seconds per model call")
+    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
+    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
+    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
+    parser.add_argument("--count-sql", help="count the server's timed SQL into this file")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20, help="timed messages per agent")
     parser.add_argument("--clients", type=int, default=10, help="concurrent senders")
-    parser.add_argument("--window", type=int, default=8192, help="COMPANION_CONTEXT_WINDOW")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds per model call")
-    parser.add_argument("--embedder", choices=sorted(EMBEDDERS), default="endpoint")
     parser.add_argument("--profile", help="run companion under cProfile, its stats to this file")
-    parser.add_argument("--py-spy", help="sample the server with py-spy, raw stacks to this file")
-    parser.add_argument("--count-sql", help="count the server's SQL into this file")
+    server_options(parser, latency=0.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="companion-bench-") as data_dir:
         asyncio.run(run(args, Path(data_dir)))

@@ -3,65 +3,153 @@
     async with open_app(settings) as app:
         exchange = await app.engine.converse(scope, event)
 
-`need_model=False` opens only the database (for export, import and reset). The model
-endpoint's client (and the `openai` package, a second of imports) is made when a command
-first calls the model: most never do.
+`open_app` opens the database (and picks the embedder); everything else is built the
+first time a command asks for it: `app.engine` imports the turn, the functions' schemas
+and the tokenizer (about half a second), `app.metrics` prometheus_client, `app.members`
+and the others their services. So `companion link` imports what a sign-in link needs, and
+`companion tick` with nothing due never builds the engine. `need_model=False` opens only
+the database (for export, import and reset). The model endpoint's client (and the `openai`
+package, a second of imports) is made when a command first calls the model: most never do.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, asynccontextmanager, nullcontext
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.database import open_database
 from bot.delivery import Router
-from bot.metrics import PrometheusMetrics
 from bot.settings import Settings
 from core.config import EngineConfig
 from core.errors import ConfigError
 from core.local_embedder import LocalEmbedder
-from core.members.community import Community
-from core.members.service import Members
-from core.memory.embeddings import EmbeddingWorker
 from core.memory.reembed import adopt_dimension, held_model, record_model
-from core.memory.tokens import TokenCounter
-from core.memory.turn import Mind
-from core.memory.window import check_window
 from core.multilingual_embedder import MULTILINGUAL, MultilingualEmbedder, package_dir
 from core.ports import ChatModel, Completion, Embedder
-from core.runtime.engine import Engine, utcnow
-from core.runtime.pictures import Vision
 from core.stopping import stop_within
-from core.tenants.access import Access
-from core.tenants.tenancy import Tenancy
 from core.wire.health import WireHealth
 
 if TYPE_CHECKING:
     import openai
 
+    from bot.metrics import PrometheusMetrics
+    from core.members.community import Community
+    from core.members.service import Members
+    from core.runtime.engine import Engine
+    from core.tenants.access import Access
+    from core.tenants.tenancy import Tenancy
 
-@dataclass(frozen=True)
+
+def utcnow() -> datetime:
+    """The engine's default clock (as `core.runtime.engine.utcnow`, without importing it)."""
+    return datetime.now(UTC)
+
+
 class App:
-    settings: Settings
-    sessions: async_sessionmaker[AsyncSession]
-    engine: Engine
-    members: Members  # what members, admins and operators do with memory (audited)
-    community: Community  # a tenant at a glance, for its admins
-    access: Access  # sign-in links and sessions of the memory inspector
-    tenancy: Tenancy  # communities arriving, leaving, erased
-    embedder: Embedder | None
-    embedding_dim: int  # what the database holds
-    metrics: PrometheusMetrics  # what the engine reports, for /metrics
-    endpoint: Endpoint  # the model endpoint, for other models on it (an eval's judge)
-    # The engine's way to members outside a live handler: each platform a command serves
-    # adds itself (`companion run`, `companion tick`); none for the rest.
-    platforms: Router
+    """What a command works with: the database, settings and embedder from the start; the
+    engine and the services each built at their first use (the module docstring says why)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        embedder: Embedder | None,
+        embedding_dim: int,
+        endpoint: Endpoint,
+        clock: Callable[[], datetime],
+        need_model: bool,
+        closing: AsyncExitStack,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.embedder = embedder
+        self.embedding_dim = embedding_dim  # what the database holds
+        self.endpoint = endpoint  # the model endpoint, for other models on it (an eval's judge)
+        self.clock = clock
+        self.config: EngineConfig = settings.engine_config()
+        # The engine's way to members outside a live handler: each platform a command serves
+        # adds itself (`companion run`, `companion tick`); none for the rest.
+        self.platforms = Router()
+        self.wire = WireHealth()
+        self._need_model = need_model
+        self._closing = closing  # what the engine opens is closed with the app
+
+    @cached_property
+    def members(self) -> Members:
+        """What members, admins and operators do with memory (audited)."""
+        from core.members.service import Members
+
+        return Members(self.sessions, self.config, self.clock, self.embedder)
+
+    @cached_property
+    def community(self) -> Community:
+        """A tenant at a glance, for its admins."""
+        from core.members.community import Community
+
+        return Community(self.sessions, self.config, self.clock, self.settings.welcome)
+
+    @cached_property
+    def access(self) -> Access:
+        """Sign-in links and sessions of the memory inspector."""
+        from core.tenants.access import Access
+
+        settings = self.settings
+        return Access(
+            self.sessions,
+            self.clock,
+            settings.base_url,
+            settings.secret_key,
+            timedelta(minutes=settings.link_minutes),
+        )
+
+    @cached_property
+    def tenancy(self) -> Tenancy:
+        """Communities arriving, leaving, erased."""
+        from core.tenants.tenancy import Tenancy
+
+        return Tenancy(self.sessions, self.clock)
+
+    @cached_property
+    def metrics(self) -> PrometheusMetrics:
+        """What the engine reports, for /metrics."""
+        from bot.metrics import PrometheusMetrics
+
+        return PrometheusMetrics(self.sessions, self.wire.outage)
+
+    @cached_property
+    def engine(self) -> Engine:
+        """The engine: the turn, the tools, the queue manager; with a model, messages get
+        vectors in its background (the embedding worker). Closed with the app."""
+        from core.memory.embeddings import EmbeddingWorker
+        from core.memory.tokens import TokenCounter
+        from core.memory.turn import Mind
+        from core.memory.window import check_window
+        from core.runtime.engine import Engine
+        from core.runtime.pictures import Vision
+
+        settings, embedder = self.settings, self.embedder
+        if self._need_model:
+            check_window(self.config)
+        model = LazyChat(self.endpoint, self.wire, settings.model_concurrency)
+        mind = Mind(
+            model, TokenCounter(), self.config, embedder, metrics=self.metrics, health=self.wire
+        )
+        worker = EmbeddingWorker(self.sessions, embedder) if embedder and self._need_model else None
+        vision = Vision(settings.vision, settings.model or "unset")
+        engine = Engine(
+            self.sessions, mind, self.clock, worker, vision=vision, platforms=self.platforms
+        )
+        self._closing.push_async_callback(engine.aclose)
+        if worker is not None:
+            worker.start()
+            self._closing.push_async_exit(worker)
+        return engine
 
 
 class Endpoint:
@@ -137,10 +225,8 @@ async def open_app(
     clock: Callable[[], datetime] | None = None,
     keep_warm: bool = False,
 ) -> AsyncIterator[App]:
-    config: EngineConfig = settings.engine_config()
     if need_model:
         settings.require_model()
-        check_window(config)
     async with (
         open_database(
             settings.database_url,
@@ -150,6 +236,7 @@ async def open_app(
             keep_warm,
         ) as (sessions, held_dim),
         Endpoint(settings) as endpoint,
+        AsyncExitStack() as closing,
     ):
         embedder = _embedder(settings, endpoint)
         if embedder is not None and check_dimension and held_dim != settings.embedding_dim:
@@ -167,39 +254,9 @@ async def open_app(
                 if need_model:
                     raise _switched(settings, made_by)
                 embedder = None  # as above
-        wire = WireHealth()
-        model = LazyChat(endpoint, wire, settings.model_concurrency)
-        metrics = PrometheusMetrics(sessions, wire.outage)
-        mind = Mind(model, TokenCounter(), config, embedder, metrics=metrics, health=wire)
-        # Messages get vectors in the background of the processes that hold conversations.
-        worker = EmbeddingWorker(sessions, embedder) if embedder and need_model else None
-        vision = Vision(settings.vision, settings.model or "unset")
-        platforms = Router()
-        engine = Engine(sessions, mind, clock or utcnow, worker, vision=vision, platforms=platforms)
-        members = Members(sessions, config, engine.clock, embedder)
-        community = Community(sessions, config, engine.clock, settings.welcome)
-        access = Access(
-            sessions,
-            engine.clock,
-            settings.base_url,
-            settings.secret_key,
-            timedelta(minutes=settings.link_minutes),
+        yield App(
+            settings, sessions, embedder, held_dim, endpoint, clock or utcnow, need_model, closing
         )
-        async with aclosing(engine), worker or nullcontext():
-            yield App(
-                settings,
-                sessions,
-                engine,
-                members,
-                community,
-                access,
-                Tenancy(sessions, engine.clock),
-                embedder,
-                held_dim,
-                metrics,
-                endpoint,
-                platforms,
-            )
 
 
 def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
@@ -212,9 +269,24 @@ def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     if name == MULTILINGUAL:
         package_dir()  # not installed: say so now, not at the first message
         return MultilingualEmbedder()
-    from core.llm import OpenAIEmbedder
+    return LazyEmbedder(endpoint, name, settings.embedding_dim)
 
-    return OpenAIEmbedder(endpoint.client(), name, settings.embedding_dim)
+
+class LazyEmbedder:
+    """The endpoint's embedding model (`core.llm.OpenAIEmbedder`), made (with the endpoint's
+    client: the `openai` package) at its first call: a command that stores no vector, such
+    as `companion usage`, never imports it."""
+
+    def __init__(self, endpoint: Endpoint, model: str, dimension: int) -> None:
+        self.endpoint, self.model, self.dimension = endpoint, model, dimension
+        self._embedder: Embedder | None = None
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self._embedder is None:
+            from core.llm import OpenAIEmbedder
+
+            self._embedder = OpenAIEmbedder(self.endpoint.client(), self.model, self.dimension)
+        return await self._embedder.embed(texts)
 
 
 def _switched(settings: Settings, made_by: str) -> ConfigError:

@@ -2,28 +2,65 @@
 
 On a terminal it is interactive (line editing, /memory, /quit; --verbose shows the agent's
 inner monologue, function calls, and each model call's tokens: prompt, cached, output).
-Otherwise every input line is one user message, handled in order, and only the agent's
-messages are written to stdout.
+Its banner comes as soon as the database is open (`banner`), and what the first turn
+loads (the embedding model, the tokenizer, the model endpoint's client) loads in the
+background while the member types (`warm_up`). Otherwise every input line
+is one user message, handled in order, and only the agent's messages are written to stdout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
+import logging
 import os
 import socket
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from core.errors import EventTooLarge
 from core.events import EventKind, InboundEvent
-from core.members.service import Members
-from core.memory.turn import TurnResult
-from core.runtime.engine import Engine
-from core.scope import Scope
+from core.local_embedder import LocalEmbedder
+from core.multilingual_embedder import MultilingualEmbedder
+from core.ports import Embedder
+
+if TYPE_CHECKING:
+    from core.members.service import Members
+    from core.memory.turn import TurnResult
+    from core.runtime.engine import Engine
+    from core.scope import Scope
+
+log = logging.getLogger(__name__)
 
 DIM, ITALIC, BOLD, CYAN, RESET = "\033[2m", "\033[3m", "\033[1m", "\033[36m", "\033[0m"
 HELP = "Commands: /memory shows working context, /help this help, /quit leaves (or Ctrl-D)."
 COMMANDS = ("/memory", "/help", "/quit", "/exit")
+
+
+def banner(tenant: str, user: str) -> str:
+    """The interactive chat's first line, shown as soon as the database is open."""
+    return f"{BOLD}Companion{RESET}: chatting as {user}@{tenant}. {HELP}\n"
+
+
+def _load_for_a_turn() -> None:
+    """What a turn imports and loads on first use: the model endpoint's client (openai) and
+    the tokenizer's tables (in a thread: the loop stays free)."""
+    from core.memory.tokens import TokenCounter
+
+    importlib.import_module("core.llm")
+    TokenCounter.count("warm up")
+
+
+async def warm_up(embedder: Embedder | None) -> None:
+    """Load what the first turn needs in the background, so that its reply waits for them
+    less; a failure here is the first turn's to report."""
+    try:
+        await asyncio.to_thread(_load_for_a_turn)
+        if embedder is not None:
+            await embedder.embed(["warm up"])
+    except Exception as error:  # the turn meets it again, and says so
+        log.debug("warming up for the first turn failed: %s", error)
 
 
 def _trace(result: TurnResult | None, out: TextIO, color: bool) -> None:
@@ -126,8 +163,6 @@ async def run_chat(
     """Chat until the input ends; the exit status: 1 when piped messages were sent and
     every one of them failed (only apologies came back), else 0."""
     scope = await engine.agent(tenant, user, display_name=user)
-    if stdin.isatty() and stdout.isatty():
-        stdout.write("\r\033[K")  # clears the "starting" line the CLI showed
     # Anything an earlier crash left behind goes first: pending events, and replies that
     # were written but never shown (also openers written while the member was away).
     waiting = []
@@ -154,7 +189,30 @@ async def run_chat(
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:
         pass
-    stdout.write(f"{BOLD}Companion{RESET}: chatting as {user}@{tenant}. {HELP}\n")
+    # What the first turn loads, loaded while the member types (not before the prompt is
+    # shown: it would compete with what comes first; nor for piped messages: they come at
+    # once). An endpoint's embedder is not called for it.
+    embedder = engine.mind.embedder
+    local = embedder if isinstance(embedder, LocalEmbedder | MultilingualEmbedder) else None
+    warming = asyncio.ensure_future(warm_up(local))
+    try:
+        return await _converse(engine, members, scope, tenant, user, verbose, stdout)
+    finally:
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await warming
+
+
+async def _converse(
+    engine: Engine,
+    members: Members,
+    scope: Scope,
+    tenant: str,
+    user: str,
+    verbose: bool,
+    stdout: TextIO,
+) -> int:
+    """The terminal's loop: a prompt, the member's line, the agent's replies."""
     while True:
         try:
             text = await asyncio.to_thread(input, f"{BOLD}you>{RESET} ")

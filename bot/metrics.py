@@ -18,10 +18,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.events import EventStatus
+from core.events import DEFERRED, EventStatus
 from core.models import Event, Reply
 from core.ports import Counter, Timer
-from core.runtime.handling import DEFERRED
 from core.wire.outage import Outage
 
 log = logging.getLogger(__name__)

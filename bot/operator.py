@@ -95,6 +95,12 @@ async def rest_platforms(app: App) -> AsyncIterator[Router]:
 
 
 async def run_tick(app: App, now: datetime) -> str:
+    """One pass at `now`. What is due is asked first (a rolled-back claim): with nothing
+    due the pass would change nothing, so neither the engine (the turn's imports) nor a
+    platform's client is made."""
+    due = await preview(app.sessions, app.config.schedule, now)
+    if not due.claimed and not due.respread:
+        return tick_summary(TickReport(), now)
     async with rest_platforms(app):
         report = await tick(app.engine, now)
     return tick_summary(report, now)
@@ -102,7 +108,7 @@ async def run_tick(app: App, now: datetime) -> str:
 
 async def preview_tick(app: App, now: datetime) -> str:
     """A dry run: each member a pass at `now` would run for, then one line that says so."""
-    found = await preview(app.engine, now)
+    found = await preview(app.sessions, app.config.schedule, now)
     lines = [f"would run {c.purpose} for {c.user}@{c.tenant}" for c in found.claimed]
     kinds = [c.purpose for c in found.claimed]
     line = (

@@ -44,6 +44,11 @@ class EventStatus(StrEnum):
     LIMITED = "limited"  # over a rate limit or token budget: answered without a model call
 
 
+# The start of the error of a pending event that waits for a model that is down
+# (`core.runtime.handling`); the metrics count such events by it.
+DEFERRED = "waiting for the model: "
+
+
 def clean_text(text: str) -> str:
     """Text Postgres can store: no NUL bytes, no lone surrogates (both become U+FFFD)."""
     text = text.replace("\x00", "\ufffd")

@@ -94,6 +94,9 @@ class LocalEmbedder:
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
+            # The basic graph rewrites only: the extended ones (fused attention and layer
+            # norms) made this int8 model about 6% slower a text here (bench/README.md).
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
             session = onnxruntime.InferenceSession(
                 str(model), sess_options=options, providers=["CPUExecutionProvider"]
             )

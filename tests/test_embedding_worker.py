@@ -31,3 +31,29 @@ async def test_the_worker_stops_however_close_the_last_wake_up(turns):
     stopping = asyncio.ensure_future(worker.__aexit__(None, None, None))  # ...and the app closes
     done, _ = await asyncio.wait([stopping], timeout=5)
     assert done, "the worker is still running after the app closed"
+
+
+async def test_a_steady_stream_is_embedded_in_batches_not_one_pass_a_message():
+    """Rows committed while a pass runs wait for the next one to gather a batch: a model
+    costs far more a text one at a time, and every pass has statements of its own."""
+    waiting: list[int] = []
+    batches: list[int] = []
+
+    async def run_pass() -> int:
+        taken = len(waiting)
+        waiting.clear()
+        await asyncio.sleep(0.005)  # the model at work
+        if taken:
+            batches.append(taken)
+        return taken
+
+    worker = EmbeddingWorker(sessions=None, embedder=None, interval=60, gather=0.1)  # type: ignore[arg-type]
+    worker.run_pass = run_pass  # type: ignore[method-assign]
+    async with worker:
+        for n in range(60):  # a message every 10 ms for 0.6 s
+            waiting.append(n)
+            worker.wake()
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(worker.settled(), 5)
+    assert sum(batches) == 60, "every row was embedded"
+    assert len(batches) <= 12, f"{len(batches)} passes for 60 rows: {batches}"

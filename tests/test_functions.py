@@ -8,6 +8,7 @@ member finally receives.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from core.config import EngineConfig
 from core.errors import ToolError
 from core.events import MAX_EVENT_CHARS, EventKind, InboundEvent
 from core.memory.executor import MODELS, parse_arguments
+from core.memory.prompt import for_member
 from core.memory.search import recall_search
 from core.memory.tools import TOOLS, conversation_search, send_message
 from core.memory.turn import STEP_CAP_REPLY
@@ -495,6 +497,70 @@ async def test_a_plain_answer_is_the_reply(engine, fake):
     assert [(h.kind, h.text) for h in found.hits] == [
         ("assistant", "Just plain words, no functions.")
     ]
+
+
+def _prompt_end(body: dict[str, Any]) -> str:
+    """The end of the prompt as a small model copies it: the status alert and all."""
+    return str(body["messages"][-1]["content"])
+
+
+def parrot(how: str, words: Callable[[str], str]) -> Answer:
+    """A small model that answers with `words(the end of its prompt)`, in plain words or
+    through send_message."""
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        said = words(_prompt_end(body))
+        if how == "plain words":
+            return completion(said)
+        return calls(tool_call("send_message", message=said))
+
+    return answer
+
+
+@pytest.mark.parametrize("how", ["plain words", "send_message"])
+async def test_an_echo_of_the_prompts_alerts_never_reaches_the_member(engine, fake, how):
+    """SmolLM2 on llama-server began its answers with the prompt's status alert, which the
+    member then saw ("[system alert] Status: 1093 of 8192 tokens in use...")."""
+
+    fake.brain = script(
+        parrot(how, lambda end: f"{end}\n\nNice to meet you, Ana!"), say("never needed")
+    )
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello, I am Ana")
+
+    assert "[system alert]" in _prompt_end(fake.chat_requests[0])  # what was echoed
+    assert len(exchange.replies) == 1
+    assert exchange.replies[0].endswith("Nice to meet you, Ana!")
+    assert not re.search(r"system alert|tokens in use|Out of view", exchange.replies[0])
+
+
+@pytest.mark.parametrize("how", ["plain words", "send_message"])
+async def test_an_answer_that_is_only_an_echo_is_asked_again(engine, fake, how):
+    only_the_alert = parrot(how, lambda end: end[end.index("[system alert]") :])
+    fake.brain = script(only_the_alert, say("Hello Ana!"))
+    scope = await engine.agent("t", "alice")
+
+    exchange = await talk(engine, scope, "hello, I am Ana")
+
+    assert exchange.replies == ["Hello Ana!"]
+    told = json.dumps(fake.chat_requests[1]["messages"][-2:])
+    assert ("never sees system alerts" in told) == (how == "send_message")
+
+
+@pytest.mark.parametrize(
+    "answer, seen",
+    [
+        ("[system alert] Status: 9 of 99 tokens\nOut of view: 0.\n\nHi Ana!", "Hi Ana!"),
+        ("[system alert] Status: 9 of 99\r\nmore\r\n\r\nHi Ana!", "Hi Ana!"),  # CRLF
+        ("Hi Ana!\n\n[SYSTEM ALERT] Summary of the 4 earlier messages", "Hi Ana!"),
+        ("Before\n\n[system alert] a note\n\n\n\nAfter", "Before\n\nAfter"),
+        ("Alerts are what you said?", "Alerts are what you said?"),
+        ("[system alert]", ""),
+    ],
+)
+def test_what_a_member_may_see_of_an_answer(answer, seen):
+    assert for_member(answer) == seen
 
 
 # --- search pagination -----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from core.events import EventKind, InboundEvent
 from core.memory.embeddings import EmbeddingWorker, embed_missing
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
-from core.memory.tools import _format_page
+from core.memory.tools import ToolContext, _format_page, conversation_search, find_messages
 from tests.fake_openai import calls, embed_text, say, tool_call
 from tests.test_functions import script, shown_results
 
@@ -261,3 +261,67 @@ async def test_a_message_search_tells_the_best_ten_of_many_matches(sessions):
     assert words_only.total == 40  # key words only (no embedding model): every match counts
     told = _format_page(first, "messages").splitlines()[0]
     assert told == "Showing messages: page 1 of 2 (the best 10 of 40 results)."
+
+
+async def _cooking_on_many_days(sessions):
+    """Twelve days of the same line, one a day at 13:00 UTC from 1 May 2026, and a reply."""
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "t", "u", EngineConfig())
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        for day in range(12):
+            at = T0 + timedelta(days=day, hours=1)
+            line = f"I cooked a risotto with mushrooms, attempt {day + 1}"
+            await store.append(at, role="user", content=line, search_text=line)
+            reply = f"Sounds delicious, note {day + 1}"
+            await store.append(at + timedelta(minutes=1), role="assistant", content=reply)
+    await embed_missing(sessions, BagOfWords())
+    return scope
+
+
+async def test_a_search_naming_a_day_finds_what_was_said_that_day_first(sessions):
+    """The same words on twelve days: a query naming one of them (in any of the forms a
+    member or a model writes) gets that day's message first and told as a result; without
+    a date the newest comes first."""
+    scope = await _cooking_on_many_days(sessions)
+    async with sessions() as session:
+        ctx = ToolContext(
+            AgentStore(session, scope, EngineConfig().max_message_tokens),
+            {},
+            EngineConfig(),
+            T0 + timedelta(days=30),
+            embedder=BagOfWords(),
+        )
+        plain, _ = await find_messages(ctx, "risotto with mushrooms")
+        named, _ = await find_messages(ctx, "what risotto did I cook on 5 May 2026?")
+        iso, _ = await find_messages(ctx, "risotto 2026-05-09")
+        told = await conversation_search(ctx, "risotto on May 7, 2026")
+        elsewhen, _ = await find_messages(ctx, "risotto with mushrooms in March 2026")
+
+    def first_days(page):
+        return {hit.created_at.day for hit in page.hits[:3]}
+
+    assert 5 not in first_days(plain) and 9 not in first_days(plain)
+    # the named day and the days either side (a late evening, another time zone) come first
+    assert first_days(named) == {4, 5, 6}
+    assert first_days(iso) == {8, 9, 10}
+    days = [line[3:13] for line in told.splitlines() if line.startswith("- [")][:3]
+    assert sorted(days) == ["2026-05-06", "2026-05-07", "2026-05-08"]
+    assert told.startswith("Showing messages: page 1 of 2 (the best 10 of ")
+    # a date with no messages changes nothing
+    assert [h.id for h in elsewhen.hits] == [h.id for h in plain.hits]
+
+
+async def test_the_days_a_search_names_are_the_members_days(sessions):
+    """At 13:00 UTC on 4 May it was 5 May, 01:00 in Auckland: a member there asking about
+    6 May (widened to 5-7 May) gets that message among the day's; a member in UTC does not."""
+    scope = await _cooking_on_many_days(sessions)
+    async with sessions() as session:
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        now = T0 + timedelta(days=30)
+        query = "risotto with mushrooms on 6 May 2026"
+        utc = ToolContext(store, {}, EngineConfig(), now, embedder=BagOfWords())
+        nz = ToolContext(store, {}, EngineConfig(), now, "Pacific/Auckland", BagOfWords())
+        in_utc, _ = await find_messages(utc, query)
+        in_nz, _ = await find_messages(nz, query)
+    assert {hit.created_at.day for hit in in_utc.hits[:3]} == {5, 6, 7}
+    assert {hit.created_at.day for hit in in_nz.hits[:3]} == {4, 5, 6}  # in UTC

@@ -132,7 +132,7 @@ async def test_only_real_matches_count_and_the_model_is_told_when_nothing_matche
         fake.brain = lambda body: say("Noted.")
         said = [f"{line} ({n})" for n in range(4) for line in EVERYDAY]
         said.insert(15, CHIP)
-        async with worker:
+        async with worker, aclosing(engine):
             for words in said:
                 clock.advance(minutes=3)  # as slowly as a member may write
                 await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, words))

@@ -12,13 +12,14 @@ thousands of entries, the wall reads the member once per statement (migration 00
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import event
 
 from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
+from core.memory.dates import Days
 from core.memory.search import archival_search, recall_search
 from core.memory.store import AgentStore
 from core.scope import enter_scope
@@ -81,9 +82,10 @@ async def test_searches_by_key_words_read_the_word_indexes_inside_the_wall(engin
         store = AgentStore(session, ann, EngineConfig().max_message_tokens)
         await store.add_passage("lemon cake: flour, sugar, two lemons", T0)
     vector = [1.0] + [0.0] * 15  # the test schema's 16 dimensions
+    may = Days(date(2026, 5, 1), date(2026, 5, 31))
     searches = {
-        "recall, words and meaning": (
-            lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7, vector, "user"),
+        "recall, words and meaning, a speaker and a day named": (
+            lambda s: recall_search(s, ann, "lemon cake", 1, 5, 7, vector, "user", None, may),
             "message_words_pkey",
         ),
         "recall, words only": (

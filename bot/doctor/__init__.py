@@ -12,16 +12,20 @@
 Each check prints one line, `ok  …`, `warn …` (works, but weaker than it should be) or
 `FAIL …`, with what to do about it, and a last line counts them. Nothing is changed
 anywhere (no migrations, no messages; probes roll back). Exit status 0 when no line is FAIL.
+
+The settings line comes first, before the checks' imports (openai, aiohttp); then the
+checks run at once (the database, the model endpoint, the local embedding model, the
+platforms: each mostly waits on a server or loads a file), and their lines come in this
+order as each is known: the doctor takes as long as its slowest check, not their sum.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TextIO
 
-from bot.doctor.database import check_database
-from bot.doctor.model import check_model
-from bot.doctor.platforms import check_platforms
 from bot.doctor.results import Result, fail, ok
 from bot.doctor.results import why as _why
 from bot.observability import log_options
@@ -30,11 +34,15 @@ from core.errors import CompanionError
 
 __all__ = ["run_doctor"]
 
-CHECKS: list[Callable[[Settings], Awaitable[list[Result]]]] = [
-    check_database,
-    check_model,
-    check_platforms,
-]
+# The checks, in the order their lines are printed: (module, function). Each module is
+# imported in a thread once the first line is out (openai alone is most of a second), so
+# the database check starts meanwhile.
+CHECKS = (
+    ("bot.doctor.database", "check_database"),
+    ("bot.doctor.model", "check_model"),
+    ("bot.doctor.embedder", "check_local_embedder"),
+    ("bot.doctor.platforms", "check_platforms"),
+)
 
 
 def check_settings(env: Mapping[str, str]) -> tuple[Settings | None, Result]:
@@ -69,13 +77,21 @@ async def run_doctor(env: Mapping[str, str], out: TextIO) -> int:
     if settings is None:
         print(summary(results), file=out, flush=True)
         return 1
-    for check in CHECKS:
-        try:
-            found = await check(settings)
-        except Exception as error:  # a check that broke is a finding too, never a traceback
-            found = [fail(f"{check.__name__.removeprefix('check_')}: {_why(error)}")]
+    running = [asyncio.ensure_future(_found(*check, settings)) for check in CHECKS]
+    for task in running:
+        found = await task
         for result in found:
             print(result.line(), file=out, flush=True)
         results += found
     print(summary(results), file=out, flush=True)
     return 0 if all(r.ok for r in results) else 1
+
+
+async def _found(module: str, name: str, settings: Settings) -> list[Result]:
+    try:
+        check: Callable[[Settings], Awaitable[list[Result]]] = getattr(
+            await asyncio.to_thread(importlib.import_module, module), name
+        )
+        return await check(settings)
+    except Exception as error:  # a check that broke is a finding too, never a traceback
+        return [fail(f"{name.removeprefix('check_')}: {_why(error)}")]

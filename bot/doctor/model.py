@@ -1,5 +1,5 @@
 """The model checks: a one-token completion; that the endpoint really calls functions; the
-embedding model and its size.
+endpoint's embedding model and its size (the local one is `bot.doctor.embedder`'s).
 
 The functions check asks the same tiny question twice, without and with one function: a
 server whose template renders no tools (llama.cpp without --jinja or with such a template)
@@ -16,10 +16,8 @@ from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
 from bot.log_filters import redact
 from bot.settings import Settings
-from core.errors import CompanionError, EmbeddingError, ModelError, ModelSetupError
+from core.errors import CompanionError, ModelError, ModelSetupError
 from core.llm import OpenAIChat
-from core.local_embedder import LocalEmbedder
-from core.multilingual_embedder import MultilingualEmbedder
 from core.wire.health import TOOLS_FIX
 
 OPENAI_URL = "https://api.openai.com/v1"
@@ -69,7 +67,6 @@ async def check_model(settings: Settings) -> list[Result]:
             results = [fail(_model_problem(error, where, model, "model"))]
         if not settings.embeds_in_process and settings.embedding_model != "none":
             results.append(await _check_embeddings(client, settings, where))
-    results.append(await _check_local_embedder(settings))
     return results
 
 
@@ -112,20 +109,6 @@ async def _check_functions(client: openai.AsyncOpenAI, model: str) -> Result:
         f"functions: the endpoint takes function schemas, but {model} answered in text where "
         "it was asked to call one; a model without tool training will not keep its memory well"
     )
-
-
-async def _check_local_embedder(settings: Settings) -> Result:
-    """The built-in model loads from the installed wheels (only when it is the embedder)."""
-    if settings.embedding_model == "none":
-        return ok("embeddings: none (COMPANION_EMBEDDING_MODEL=none): key words only")
-    if not settings.embeds_in_process:
-        return ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")
-    try:
-        embedder = MultilingualEmbedder() if settings.embedding_model else LocalEmbedder()
-        size = len((await embedder.embed(["ok"]))[0])
-    except EmbeddingError as error:
-        return fail(f"local embedding model: {error}")
-    return ok(f"local embedding model: {settings.embedder_name} gives {size} dimensions")
 
 
 async def _check_embeddings(client: openai.AsyncOpenAI, settings: Settings, where: str) -> Result:

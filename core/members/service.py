@@ -36,7 +36,6 @@ from core.errors import BadSetting, BlockRefused
 from core.members import browse
 from core.members.admission import Admission
 from core.members.dm_homes import DmHomes
-from core.members.portability import Export
 from core.members.profiles import Profiles
 from core.members.spending import MemberDay, member_days
 from core.members.zones import ProfileZones, parse_timezone

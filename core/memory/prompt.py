@@ -20,6 +20,7 @@ for every message it stores, under the rules named by `count_basis`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -104,6 +105,17 @@ def status_message(
         f"Out of view: {recall} older messages in recall storage, "
         f"{archival} passages in archival storage.",
     }
+
+
+# An alert as a model may echo it: from its tag to the end of its paragraph.
+_ALERT_ECHO = re.compile(r"\[system alert\][^\n]*(?:\n(?![ \t\r]*\n)[^\n]*)*", re.IGNORECASE)
+
+
+def for_member(text: str) -> str:
+    """What of a model's words a member may see: every alert the prompt carried (the status,
+    a summary, a note), which small models copy into their answers, removed from its tag to
+    the end of its paragraph. Empty when nothing else was said."""
+    return re.sub(r"\n{3,}", "\n\n", _ALERT_ECHO.sub("", text)).strip()
 
 
 def count_basis(max_message_tokens: int) -> str:

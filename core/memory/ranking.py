@@ -26,6 +26,11 @@ ANCHORS = 20  # the best fused hits whose neighbouring messages are ranked as we
 # ten points of R@5 in Chinese, where every line's reply then outranked the line: 0.7 kept)
 NEIGHBOUR_WEIGHTS = (1.0, 1.0, 0.7, 0.35)
 SPEAKER_WEIGHT = 2.0  # the fused list again, only the named speaker's messages
+# A query naming a date ("on 8 May, 2023", core.memory.dates): the fused list again, only the
+# messages of those days, at DATE_WEIGHT; the best DATE_RESULTS of them count as results.
+# Chosen on LoCoMo 0-4 (weights 0.5-4 and 0-10 results tried; bench/README.md).
+DATE_WEIGHT = 2.0
+DATE_RESULTS = 5
 # What counts as a result (ranking still uses every row of both lists): a row found by its
 # vector alone when its cosine similarity to the query is at least SIMILARITY_FLOOR and within
 # SIMILARITY_MARGIN of the best row's; a row found by its key words when its score is at least

@@ -139,8 +139,12 @@ async def reembed(
 ) -> int:
     """Embed every passage and message again (or those without a vector); returns how many.
     `model` is recorded as the one that made them (all of them only: not with only_missing)."""
-    await check_model(embedder, await held_dimension(sessions))
     where = "v.embedding IS NULL" if only_missing else "TRUE"
+    total = await _count(sessions, where)
+    if only_missing and not total:
+        return 0  # nothing to embed: the model is not even loaded (a second or more)
+    progress(0, total)  # said before the model loads
+    await check_model(embedder, await held_dimension(sessions))
     count = await _fill(sessions, embedder, "embedding", where, batch, progress)
     if model is not None and not only_missing:
         await record_model(sessions, model)

@@ -1,7 +1,8 @@
 """Recall and archival search, paginated: full text and vectors, fused.
 
-    recall_search(..., embedding, speaker)  messages: key words and meaning, fused by rank;
-                                       the named speaker's own messages first
+    recall_search(..., embedding, speaker, days)  messages: key words and meaning, fused by
+                                       rank; the named speaker's own messages, and those of
+                                       the days the query names, first
     recall_by_date(...)                messages of a date range, oldest first
     archival_search(..., embedding)    passages: the same fusion
 
@@ -18,7 +19,9 @@ list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a
 by both rises, and a row without a vector yet is still found by its words. The fused list
 is `DEPTH` deep per side, so "page p of n" counts that list. When the query names one
 speaker (`speaker`: a role), that speaker's messages of the fused list are ranked once more,
-so they come first without the other side's being left out.
+so they come first without the other side's being left out; when it names days (`days`,
+core.memory.dates), the messages of those days are ranked once more the same way, and the
+best few of them count as results.
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.memory import keywords
+from core.memory.dates import Days
 from core.memory.ranking import (
     ANCHORS,
     CONTEXT_ANCHORS,
+    DATE_RESULTS,
+    DATE_WEIGHT,
     DEPTH,
     NEIGHBOUR_WEIGHTS,
     RESULTS_CAP,
@@ -84,12 +90,15 @@ async def recall_search(
     embedding: Sequence[float] | None = None,
     speaker: str | None = None,
     closeness: Closeness | None = None,
+    days: Days | None = None,
+    timezone: str = "UTC",
 ) -> Page:
     """Messages (either side) sharing key words with `query`, or near it in meaning, best first.
 
     `skip_event` leaves out the messages of the event being handled (the question itself).
     `speaker` ("user" or "assistant"): the side the query asks about, whose messages rank
-    higher. Without `embedding`, key words alone, and every match counts in the total.
+    higher. `days`: the days the query names (in `timezone`), whose messages rank higher.
+    Without `embedding`, key words alone, and every match counts in the total.
     """
     if embedding is None:
         return await _by_words(session, scope, query, page, page_size, skip_event)
@@ -104,6 +113,8 @@ async def recall_search(
         skip_event,
         speaker,
         closeness,
+        days,
+        timezone,
     )
 
 
@@ -238,6 +249,14 @@ SELECT r.id FROM messages r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids) AND r.role = :role
 """
 
+# Which of `ids` were written on the days from :first to :last (the member's calendar).
+_ON_DAYS_SQL = """
+SELECT r.id FROM messages r
+WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
+  AND r.created_at >= (CAST(:first AS timestamp) AT TIME ZONE :tz)
+  AND r.created_at < ((CAST(:last AS timestamp) + interval '1 day') AT TIME ZONE :tz)
+"""
+
 _ROWS_SQL = """
 SELECT r.id, {text} AS text, {kind} AS kind, r.created_at FROM {rows} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
@@ -271,6 +290,8 @@ async def _hybrid_search(
     skip_event: int | None = None,
     speaker: str | None = None,
     closeness: Closeness | None = None,
+    days: Days | None = None,
+    timezone: str = "UTC",
 ) -> Page:
     closeness = closeness or Closeness()
     columns = _columns(table)
@@ -306,7 +327,13 @@ async def _hybrid_search(
                 )
             }
             rankings.append([row_id for row_id in fused if row_id in said])
-            fused = fuse(rankings, [*weights, SPEAKER_WEIGHT])
+            weights.append(SPEAKER_WEIGHT)
+            fused = fuse(rankings, weights)
+        if days is not None:
+            on_days = await _on_days(session, params, fused, days, timezone)
+            rankings.append(on_days)
+            fused = fuse(rankings, [*weights, DATE_WEIGHT])
+            matched |= set(on_days[:DATE_RESULTS])
     fused = [row_id for row_id in fused if row_id in matched]  # the order of all, kept
     matches = len(fused)
     if table == "messages":
@@ -320,6 +347,20 @@ async def _hybrid_search(
     hits = [found[row_id] for row_id in wanted if row_id in found]
     pages = max(1, math.ceil(len(fused) / page_size))
     return Page(hits, page, pages, len(fused), matches if matches > len(fused) else None)
+
+
+async def _on_days(
+    session: AsyncSession, params: dict[str, Any], ids: list[int], days: Days, timezone: str
+) -> list[int]:
+    """Those of `ids` written on `days`, in their order."""
+    on_days = {
+        r.id
+        for r in await session.execute(
+            text(_ON_DAYS_SQL),
+            {**params, "ids": ids, "first": days.first, "last": days.last, "tz": timezone},
+        )
+    }
+    return [row_id for row_id in ids if row_id in on_days]
 
 
 async def _neighbours(

@@ -19,7 +19,9 @@ from pydantic import Field
 from core.config import EngineConfig
 from core.errors import BlockRefused, EmbeddingError, ToolError
 from core.events import MAX_EVENT_CHARS
+from core.memory.dates import days_named
 from core.memory.embeddings import closeness_of, query_vector
+from core.memory.prompt import for_member
 from core.memory.ranking import clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
@@ -167,6 +169,11 @@ async def send_message(ctx: ToolContext, message: Reply) -> str:
     """
     if not message.strip():
         raise ToolError("message is empty; write what you want to say")
+    message = for_member(message)
+    if not message:
+        raise ToolError(
+            "not sent: the person never sees system alerts; write your own words to them"
+        )
     if not ctx.may_send:
         raise ToolError("you cannot message the person now (memory upkeep); just tidy memory")
     if len(ctx.sent) >= ctx.config.max_sends:
@@ -242,6 +249,8 @@ async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Pa
         embedding,
         speaker,
         closeness_of(ctx.embedder),
+        days_named(query),
+        ctx.timezone,
     )
     return found, note
 
@@ -251,7 +260,7 @@ async def conversation_search(
 ) -> str:
     """Search all past messages, including those no longer in view, by key words and meaning.
 
-    query: key words, names of things, or a short paraphrase; name a person for their words
+    query: key words, names of things, or a paraphrase; name a person, or a day (8 May 2023)
     page: which page of results, from 1
     request_heartbeat: true to run again right after this call
     """

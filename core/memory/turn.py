@@ -34,7 +34,7 @@ from core.memory.mind import (  # noqa: F401  (Mind and the results are the turn
     Step,
     TurnResult,
 )
-from core.memory.prompt import Assembled, cut_arguments
+from core.memory.prompt import Assembled, cut_arguments, for_member
 from core.memory.ranking import agent_name
 from core.memory.store import AgentStore
 from core.memory.tools import MAX_REPLY_CHARS, ToolContext
@@ -265,7 +265,8 @@ class Turn:
             raise ModelOutputError("the model's message content is not text")
         completion = _cleaned(completion)
         thought = completion.content
-        if not completion.tool_calls and not (thought or "").strip():
+        visible = for_member(thought or "")  # an echo of the prompt's alerts is not an answer
+        if not completion.tool_calls and not visible:
             self.result.steps.append(Step(thought, (), tokens))
             if self.event.kind == EventKind.USER_MESSAGE and not tools.sent:
                 await self.context.append(role="system", content=EMPTY_ANSWER_NOTE)
@@ -282,8 +283,8 @@ class Turn:
         if not completion.tool_calls:
             # No functions at all: a plain answer is the reply, unless one was already sent.
             said = None
-            if thought and thought.strip() and not tools.sent:
-                said = cut_reply(thought.strip() + (CUT_MARK if completion.cut else ""))
+            if not tools.sent:
+                said = cut_reply(visible + (CUT_MARK if completion.cut else ""))
                 tools.sent.append(said)
             await self.context.append(role="assistant", content=thought, search_text=said)
             self.result.steps.append(Step(thought, (), tokens))

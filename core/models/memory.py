@@ -25,6 +25,24 @@ from sqlalchemy.orm import Mapped, mapped_column
 from core.models.base import TS, ZERO, Base, agent_column, by_id, owned_by, tenant_column, tenant_fk
 
 
+def _vectors_beside(table: str, key: str, rows: str) -> tuple[Any, ...]:
+    """A table of vectors beside `rows` (one per row, by `key`), owned by the row and the
+    agent: the member's vectors, the ones still waiting (`embedding` NULL) and the HNSW
+    index that nearest-neighbour search reads."""
+    return (
+        owned_by(table, key, rows),
+        owned_by(table, "agent_id", "agents"),
+        Index(f"{table}_agent", "tenant_id", "agent_id"),
+        Index(f"{table}_missing", key, postgresql_where=sql("embedding IS NULL")),
+        Index(
+            f"{table}_embedding",
+            "embedding",
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
+    )
+
+
 class Block(Base):
     __tablename__ = "blocks"
     __table_args__ = (owned_by("blocks", "agent_id", "agents"),)
@@ -86,22 +104,7 @@ class MessageVector(Base):
     the reply's path. Deleting the message deletes it."""
 
     __tablename__ = "message_vectors"
-    __table_args__ = (
-        owned_by("message_vectors", "message_id", "messages"),
-        owned_by("message_vectors", "agent_id", "agents"),
-        Index("message_vectors_agent", "tenant_id", "agent_id"),
-        Index(
-            "message_vectors_missing",
-            "message_id",
-            postgresql_where=sql("embedding IS NULL"),
-        ),
-        Index(
-            "message_vectors_embedding",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_ops={"embedding": "halfvec_cosine_ops"},
-        ),
-    )
+    __table_args__ = _vectors_beside("message_vectors", "message_id", "messages")
     message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tenant_id: Mapped[int] = tenant_column()
     agent_id: Mapped[int] = agent_column()
@@ -174,22 +177,7 @@ class PassageVector(Base):
     passages heap stays narrow, and a member's vectors are read without their texts."""
 
     __tablename__ = "passage_vectors"
-    __table_args__ = (
-        owned_by("passage_vectors", "passage_id", "passages"),
-        owned_by("passage_vectors", "agent_id", "agents"),
-        Index("passage_vectors_agent", "tenant_id", "agent_id"),
-        Index(
-            "passage_vectors_missing",
-            "passage_id",
-            postgresql_where=sql("embedding IS NULL"),
-        ),
-        Index(
-            "passage_vectors_embedding",
-            "embedding",
-            postgresql_using="hnsw",
-            postgresql_ops={"embedding": "halfvec_cosine_ops"},
-        ),
-    )
+    __table_args__ = _vectors_beside("passage_vectors", "passage_id", "passages")
     passage_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     tenant_id: Mapped[int] = tenant_column()
     agent_id: Mapped[int] = agent_column()

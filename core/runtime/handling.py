@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import within_ceilings
 from core.errors import ClaimLost, ModelError, ModelTimeout, ModelUnavailable
-from core.events import EventKind, EventStatus, purpose_of, trigger_fields
+from core.events import DEFERRED, EventKind, EventStatus, purpose_of, trigger_fields
 from core.memory.mind import Mind, TurnResult
 from core.memory.store import AgentStore
 from core.memory.turn import Turn
@@ -39,7 +39,6 @@ from core.scope import Scope
 
 log = logging.getLogger("core.runtime.engine")  # the engine's log, as operators know it
 
-DEFERRED = "waiting for the model: "  # the error of an event that waits for a model that is down
 UNANSWERED = "unanswered: the model was down for too long"
 
 

@@ -1,7 +1,8 @@
 """One scheduler pass: claim what is due, let each claimed agent think, deliver openers.
 
     tick(engine, now) -> TickReport    openers go out through `engine.platforms`
-    preview(engine, now) -> Claims     what a pass at `now` would claim; nothing changes
+    preview(sessions, schedule, now)   what a pass at `now` would claim; nothing changes (the
+                                       database alone: no engine is needed to ask)
 
 The claims themselves (what is due, locked with SKIP LOCKED, one scheduled event each) are
 `core.schedule.planning.claim_due`; this module drives the engine with them, so it sits
@@ -14,11 +15,17 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from core.config import ScheduleConfig
 from core.errors import NoPlatform
 from core.events import Purpose
-from core.runtime.engine import Engine
 from core.schedule.planning import Claim, Claims, claim_due
+
+if TYPE_CHECKING:
+    from core.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +71,15 @@ async def _run(engine: Engine, claim: Claim) -> str | None:
     return "sent" if sent else "undelivered"
 
 
-async def preview(engine: Engine, now: datetime) -> Claims:
+async def preview(
+    sessions: async_sessionmaker[AsyncSession], schedule: ScheduleConfig, now: datetime
+) -> Claims:
     """What a pass at `now` would claim and re-spread, found by claiming in a transaction
     that is rolled back: the same rules as `tick`, no model call, the schedule unchanged."""
-    async with engine.sessions() as session:
+    async with sessions() as session:
         transaction = await session.begin()
         try:
-            return await claim_due(session, now, engine.mind.config.schedule)
+            return await claim_due(session, now, schedule)
         finally:
             await transaction.rollback()
 

@@ -109,10 +109,12 @@ def squash(text: str) -> str:
 
 
 def assert_clear(reply: str) -> None:
-    """A reply a person can read: words, not silence, not the engine's own failure."""
+    """A reply a person can read: words, not silence, not the engine's own failure, not the
+    prompt's internals."""
     assert isinstance(reply, str) and reply.strip(), f"empty reply {reply!r}"
     assert reply not in (INTERNAL_ERROR_REPLY, SORRY), reply
     assert re.search(r"[A-Za-z]{2,}", reply), f"no words in {reply[:200]!r}"
+    assert not re.search(r"system alert|tokens in use", reply, re.I), f"internals: {reply[:200]!r}"
 
 
 def assert_one_line(answer: str) -> None:

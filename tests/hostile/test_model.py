@@ -64,6 +64,9 @@ def with_calls(*items: dict[str, Any]) -> dict[str, Any]:
     return raw_completion({"role": "assistant", "content": None, "tool_calls": list(items)})
 
 
+STATUS_ECHO = "[system alert] Status: 1093 of 8192 tokens in use (13%)."
+
+
 @dataclass(frozen=True)
 class Garbage:
     first: Callable[[], Any]  # the answer to every request that does not follow a tool result
@@ -116,6 +119,14 @@ GARBAGE: dict[str, Garbage] = {
     ),
     "content-object": Garbage(lambda: raw_completion({"role": "assistant", "content": {"a": 1}})),
     "content-nul-and-surrogates": Garbage(lambda: completion("hi\x00 there \ud800 friend")),
+    # small models copy the prompt's alerts into their answers (SmolLM2 on llama-server)
+    "content-echoes-the-status": Garbage(
+        lambda: completion(f"{STATUS_ECHO}\nOut of view: 0 older messages.\n\nfine, you?")
+    ),
+    "content-only-the-status": Garbage(lambda: completion(STATUS_ECHO), recovered=False),
+    "send-only-the-status": Garbage(
+        lambda: calls(tool_call("send_message", message=STATUS_ECHO)), "never sees system alerts"
+    ),
     "tool-calls-dict": Garbage(
         lambda: raw_completion({"role": "assistant", "tool_calls": fn_call()})
     ),
