@@ -34,6 +34,7 @@ from core.ports import Posting, Send
 from core.runtime.engine import Engine
 from core.runtime.intake import Admit
 from core.runtime.pictures import check_picture, is_picture
+from core.runtime.reconnect import unreachable
 from core.scope import Scope
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,9 @@ async def take_file(engine: Engine, scope: Scope, file: SharedFile, send: Send) 
     except Refused as error:
         await tell(str(error))
         return
-    except Exception:
+    except Exception as error:
+        if unreachable(error):  # the database went away: the caller waits and tries again
+            raise
         log.warning("file %s (%s) was not stored", file.name, file.dedup_key, exc_info=True)
         await tell(FILE_FAILED.format(name=file.name))
         return

@@ -143,6 +143,43 @@ def test_checks_flag_an_answer_to_another_message_and_an_answer_shown_twice():
     assert kinds == ["answered_twice", "misanswered", "unanswered"]
 
 
+def test_checks_flag_answers_shown_out_of_order_unless_the_earlier_send_failed():
+    first, second = said(ANN, 1), said(ANN, 2)
+    ack_first, ack_second = f"ack {first.words_tag}", f"ack {second.words_tag}"
+    db = stored(
+        (first.words_tag, 10, ANN_AGENT, "done"),
+        (second.words_tag, 11, ANN_AGENT, "done"),
+        replies={10: [(ack_first, True)], 11: [(ack_second, True)]},
+    )
+    assert check([first, second], db, {ANN.channel: [ack_first, ack_second]}) == []
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == ["out_of_order"]
+    # The first answer's send failed once: it waited for a retry while the second went out.
+    db.resent = {10}
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == []
+    # Only a failure before the answer that overtook it excuses it: not that one's own.
+    db.resent = {11}
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == ["out_of_order"]
+    # A failed send of another of her replies before the one that overtook it excuses it
+    # too: after a second failure the outbox lets the new answer go.
+    third = said(ANN, 4)
+    db.events[third.words_tag] = [(9, ANN_AGENT, "user_message", "failed")]
+    db.recall[(ANN_AGENT, third.words_tag)] = 1
+    db.replies[9] = [("Sorry, the model failed.", True)]
+    posts = [ack_second, ack_first, "Sorry, the model failed."]
+    db.resent = {9}
+    assert check([first, second, third], db, {ANN.channel: posts}) == []
+    # ... but not another member's.
+    db.events[third.words_tag] = [(9, BOB_AGENT, "user_message", "failed")]
+    assert "out_of_order" in check([first, second, third], db, {ANN.channel: posts})
+    # Words beside a file wait for the file to be read: a later message may go first.
+    db.resent = set()
+    first.file_tag = tag(ANN.mid, 3)
+    db.events[first.file_tag] = [(8, ANN_AGENT, "user_action", "done")]
+    db.recall[(ANN_AGENT, first.file_tag)] = 1
+    db.passages[(ANN_AGENT, first.file_tag)] = 1
+    assert check([first, second], db, {ANN.channel: [ack_second, ack_first]}) == []
+
+
 def test_checks_flag_over_window_prompts_mixed_prompts_and_unbilled_usage():
     ledger = Ledger(window=8192)
     ledger.calls += [

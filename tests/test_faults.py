@@ -20,6 +20,7 @@ Platform sends failing and the outbox retrying: tests/test_redelivery.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 
 import openai
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from bot.database import make_engine, migrate
@@ -42,7 +43,7 @@ from core.events import EventKind, InboundEvent
 from core.llm import OpenAIChat
 from core.memory.tokens import TokenCounter
 from core.memory.turn import Mind, cut_reply
-from core.models import Block, Event, Message, Reply
+from core.models import Block, Event, Message, Reply, Usage
 from core.ports import Posting
 from core.runtime.engine import Engine
 from tests.conftest import COMPANION, ROOT, cli_env
@@ -410,21 +411,23 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
     def message(text: str) -> InboundEvent:
         return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key=f"m:{text}")
 
+    # Alice's turn "in flight" is in its model call when the database goes away.
+    arrived, release = asyncio.Event(), asyncio.Event()
+    billed = []
+
+    async def brain(body: dict[str, Any]) -> dict[str, Any]:
+        if last_user_text(body) == "in flight" and not arrived.is_set():
+            arrived.set()
+            await release.wait()
+        billed.append(BILL)
+        return billing(default_brain(body))
+
+    fake.brain = brain
     try:
         alice = await engine.agent("slack:T1", "alice")
         bob = await engine.agent("slack:T1", "bob")
         await engine.converse(alice, message("before the restart"), send_to("alice"))
 
-        # Alice's next turn is in its model call when the database goes away.
-        arrived, release = asyncio.Event(), asyncio.Event()
-
-        async def brain(body: dict[str, Any]) -> dict[str, Any]:
-            if last_user_text(body) == "in flight" and not arrived.is_set():
-                arrived.set()
-                await release.wait()
-            return default_brain(body)
-
-        fake.brain = brain
         in_flight = asyncio.create_task(
             engine.converse(alice, message("in flight"), send_to("alice"))
         )
@@ -473,6 +476,72 @@ async def test_the_database_restarting_mid_turn_loses_nothing(private_pg, fake):
             ["before the restart", "in flight", "while it was down", "after the restart"]
         )
         assert undelivered == []
+        # The call that answered "in flight" before the restart was billed, though its turn
+        # stopped unwritten and ran again: the usage budgets count has both.
+        assert len(billed) == 5
+        assert await usage_of(sessions) == (sum(billed), len(billed))
+    finally:
+        await engine.aclose()
+        await client.close()
+        await db.dispose()
+
+
+BILL = 1010  # tokens each call of the tests below reports in `usage`
+
+
+def billing(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer, reporting BILL tokens used."""
+    answer["usage"] = {"prompt_tokens": BILL - 10, "completion_tokens": 10, "total_tokens": BILL}
+    return answer
+
+
+async def usage_of(sessions: Any) -> tuple[int, int]:
+    """Tokens and model calls in `usage`, every agent and day."""
+    async with sessions() as session:
+        row = (await session.execute(select(func.sum(Usage.tokens), func.sum(Usage.calls)))).one()
+    return int(row[0] or 0), int(row[1] or 0)
+
+
+async def test_a_model_call_billed_as_the_database_went_away_is_counted(private_pg, fake):
+    """The model answered, but the database was gone before the turn could commit: the
+    turn stops unwritten and runs again once the database is back. Both calls were billed,
+    and the member's usage (what the daily budget counts) says so."""
+    url = private_pg.get_uri(driver="asyncpg")
+    db = make_engine(url)
+    await migrate(db, 16)
+    sessions = async_sessionmaker(db, expire_on_commit=False)
+    client = openai.AsyncOpenAI(base_url=fake.base_url, api_key="test", max_retries=0)
+    engine = Engine(sessions, Mind(OpenAIChat(client, "fake"), TokenCounter(), EngineConfig()))
+    billed: list[int] = []
+    back: list[asyncio.Task] = []
+
+    async def start_again() -> None:
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(private_pg.ensure_postgres_running)
+
+    async def brain(body: dict[str, Any]) -> dict[str, Any]:
+        if not back:  # the first answer is on its way when the database stops
+            await asyncio.to_thread(private_pg.stop)
+            back.append(asyncio.create_task(start_again()))
+        billed.append(BILL)
+        return billing(default_brain(body))
+
+    fake.brain = brain
+    try:
+        alice = await engine.agent("slack:T1", "alice")
+        event_id = await engine.submit(
+            alice, InboundEvent(EventKind.USER_MESSAGE, "hello", dedup_key="m1")
+        )
+        with contextlib.suppress(Exception):  # whatever the driver raised while it was down
+            await engine.drain(alice)
+        await back[0]
+        await engine.drain(alice)  # as the process's resume loop does, once it is back
+
+        assert await engine.outbox.take_replies(event_id) == ["You said: hello"]
+        async with sessions() as session:
+            assert (await session.scalars(select(Event.status))).all() == ["done"]
+        assert billed == [BILL, BILL]  # the answer lost with the database, and the one kept
+        assert await usage_of(sessions) == (2 * BILL, 2)
     finally:
         await engine.aclose()
         await client.close()

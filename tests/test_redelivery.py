@@ -122,6 +122,43 @@ async def test_a_members_answers_go_out_in_the_order_they_wrote(engine, platform
     assert threads.seen == [("thread 1", "You said: first"), ("thread 2", "You said: second")]
 
 
+async def test_an_earlier_answer_that_cannot_be_posted_holds_up_only_itself(engine, platforms):
+    """Three earlier answers wait (their handlers died before sending); the first one's
+    thread refuses posts. The next message's handler passes over that one (it stays for a
+    retry) and sends the other two, in order, before its own."""
+    threads = Threads()
+    platforms.add("test", threads)
+    refused = Thread.post
+
+    async def post(self, part: str, tag) -> None:
+        if self.where == "thread 1":
+            raise RuntimeError("the platform refused the post")
+        await refused(self, part, tag)
+
+    Thread.post = post  # type: ignore[method-assign]
+    try:
+        scope = await engine.agent("test:T1", "U1")
+        ids = []
+        for n in (1, 2, 3):
+            words = InboundEvent(EventKind.USER_MESSAGE, f"m{n}", f"k{n}", {"where": f"thread {n}"})
+            ids.append(await engine.submit(scope, words))
+        await engine.drain(scope)  # their turns ran; their handlers died before sending
+
+        async def here(text: str, posting: Posting | None = None) -> None:
+            threads.seen.append(("thread 4", text))
+
+        fourth = InboundEvent(EventKind.USER_MESSAGE, "m4", "k4", {"where": "thread 4"})
+        await engine.converse(scope, fourth, send=here)
+    finally:
+        Thread.post = refused  # type: ignore[method-assign]
+    assert threads.seen == [
+        ("thread 2", "You said: m2"),
+        ("thread 3", "You said: m3"),
+        ("thread 4", "You said: m4"),
+    ]
+    assert await engine.outbox.undelivered(ids[0]) == ["You said: m1"]
+
+
 async def _killed_after_posting(sessions, api, keep_parts: int | None = None) -> None:
     """What a SIGKILL between the post and marking it sent leaves: the member has the post
     (or its first `keep_parts` parts), the outbox says it was never sent."""

@@ -4,6 +4,7 @@
       setup_hook        sync the slash commands (once per process, after login)
       on_ready          a new session: read back what was missed (catchup.py)
       on_message        a DM, mention or reply to the bot -> the author's agent
+                        (both wait for a database that went away, core.runtime.reconnect)
       on_member_join    a welcome by DM, when the community has welcomes on
 
 Tenant = `discord:<guild id>`. A member's DMs belong to their DM home (core.members.dm_homes):
@@ -37,6 +38,7 @@ from adapters.inbound import store_welcome
 from adapters.posting import post_reply
 from core.companion import Where
 from core.ports import Posting
+from core.runtime.reconnect import when_back
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,8 @@ class CompanionClient(discord.Client):
     async def on_ready(self) -> None:
         self.announce()
         engine = self.services.engine
-        engine.activity.start(catch_up(self, engine), "Discord catch-up")
+        work = when_back(lambda: catch_up(self, engine), "the Discord catch-up")
+        engine.activity.start(work, "Discord catch-up")
 
     def announce(self) -> None:
         """`connected`: who the bot is, in how many servers, and how to invite it."""
@@ -174,18 +177,23 @@ class CompanionClient(discord.Client):
             return
         if message.type not in CHAT_TYPES:
             return
-        where, guild_id = where_of(message, me), guild_id_of(message)
-        if not where.addressed and not await self._open_channel(guild_id, where):
-            return
         try:
-            tenant = await self.tenant_of(guild_id, message.author.id)
-            await handle_message(self.services, tenant, message, me, where)
+            # Discord will not send it again: a database that went away is waited for (its
+            # handling is safe to repeat; a new session's read-back is the second chance).
+            await when_back(lambda: self._take(message, me), f"Discord message {message.id}")
         except Exception:
             log.exception("message %s in channel %s failed", message.id, message.channel.id)
             try:
                 await message.channel.send(SORRY)
             except discord.HTTPException:
                 log.warning("could not apologise in channel %s", message.channel.id)
+
+    async def _take(self, message: discord.Message, me: discord.ClientUser) -> None:
+        where, guild_id = where_of(message, me), guild_id_of(message)
+        if not where.addressed and not await self._open_channel(guild_id, where):
+            return
+        tenant = await self.tenant_of(guild_id, message.author.id)
+        await handle_message(self.services, tenant, message, me, where)
 
     async def _open_channel(self, guild_id: int | None, where: Where) -> bool:
         """A message not addressed to the bot, in a channel where every message is for it."""

@@ -34,6 +34,7 @@ from adapters.common import Services
 from adapters.discord.catchup import catch_up
 from adapters.discord.client import CompanionClient
 from adapters.discord.tenants import PLATFORM
+from core.runtime.reconnect import when_back
 
 ShardStatus = Callable[[int, str, str], None]  # (shard id, state, detail)
 RECOUNT_SECONDS = (1, 2, 5, 10, 30)  # waits between asks for the recommended count
@@ -161,8 +162,9 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         its servers said meanwhile is read back, as the unsharded client does on READY."""
         self.on_shard_status(shard, "connected", f"ready with {self._servers_of(shard)} servers")
         engine = self.services.engine
-        work = catch_up(OneShard(self, shard), engine)
-        engine.activity.start(work, f"Discord catch-up of shard {shard}")
+        what = f"the Discord catch-up of shard {shard}"
+        work = when_back(lambda: catch_up(OneShard(self, shard), engine), what)
+        engine.activity.start(work, what)
 
     async def on_shard_disconnect(self, shard: int) -> None:
         if not self.is_closed():  # closing it (a clean stop) drops it too: no news

@@ -45,6 +45,7 @@ from core.events import InboundEvent
 from core.memory.documents import MAX_UPLOAD_BYTES
 from core.ports import Posting, Send
 from core.runtime.engine import Engine
+from core.runtime.reconnect import when_back
 from core.scope import Scope
 from core.tenant_key import TenantKey
 
@@ -220,7 +221,12 @@ async def answer(
     await _react(client, True, message.channel, message.ts)
     send = sender(client, message.channel, message.thread_ts)
     try:
-        await follow_up(services.engine, scope, event_id, message.files, send)
+        # Acknowledged, so Slack will not send it again: a database that went away is waited
+        # for (the follow-up is safe to repeat), not apologised for.
+        await when_back(
+            lambda: follow_up(services.engine, scope, event_id, message.files, send),
+            f"Slack message {message.ts}",
+        )
     finally:
         await _react(client, False, message.channel, message.ts)
 

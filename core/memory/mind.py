@@ -69,6 +69,9 @@ class TurnResult:
     error: str | None = None
     calls: list[CallUsage] = field(default_factory=list)  # every answered call, in order
     deferred: bool = False  # the model is down: the event waits, pending, for it
+    # How many of `calls` a commit has recorded in the agent's usage; the rest were billed
+    # but a failed transaction may have lost them (the engine records them on their own).
+    recorded: int = 0
 
     @property
     def cached_tokens(self) -> int:
@@ -124,6 +127,14 @@ class MeteredModel:
             started = time.perf_counter()
             completion = await self.mind.model.complete(messages, tools, max_tokens, cache_key)
             metrics.observe(Timer.MODEL, time.perf_counter() - started)
+            # Charged before `around` ends: the call is billed even if the turn cannot go on
+            # after it (the database went away while the model thought).
+            self._charge(completion, raw, tools)
+        return completion
+
+    def _charge(self, completion: Completion, raw: int, tools: list[dict[str, Any]] | None) -> None:
+        """The call's tokens: to the counter's calibration, the metrics and `result`."""
+        counter, metrics = self.mind.counter, self.mind.metrics
         if tools:
             self.mind.health.saw_prompt(raw, tools_tokens(), completion.prompt_tokens)
         counter.calibrate(raw, completion.prompt_tokens)
@@ -138,4 +149,3 @@ class MeteredModel:
         self.result.calls.append(usage)
         self.result.tokens += prompt_tokens + completion_tokens
         self.result.model_calls += 1
-        return completion

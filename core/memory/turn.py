@@ -106,6 +106,7 @@ class Turn:
         timezone: str,
         member_name: str | None = None,
         pause: Pause = nullcontext,
+        result: TurnResult | None = None,
     ) -> None:
         self.mind = mind
         self.pause = pause
@@ -115,7 +116,9 @@ class Turn:
         self.event = event
         self.now = now
         self.timezone = timezone
-        self.result = TurnResult(event.id)
+        # What the turn spent, call by call: the caller may hand it in, to know what was
+        # billed whatever becomes of the turn.
+        self.result = result if result is not None else TurnResult(event.id)
         self.model = MeteredModel(mind, self.result, self._outside)
         self.tools: ToolContext | None = None
         self.written = (0, 0)  # replies and model calls already in the database
@@ -182,7 +185,13 @@ class Turn:
         await self.save_replies()
         await self.save_usage()
         async with self.pause():
+            self.result.recorded = self.written[1]  # the pause committed them
             yield
+
+    def rolled_back(self) -> None:
+        """The turn's transaction was rolled back: the usage it held since the last commit
+        is to be saved again."""
+        self.written = (self.written[0], self.result.recorded)
 
     async def save_replies(self) -> None:
         """The replies sent since the last save, into the outbox."""

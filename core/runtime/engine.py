@@ -56,6 +56,7 @@ from core.runtime.intake import Admit, Taken, insert_event, take
 from core.runtime.outbox import Outbox
 from core.runtime.pictures import Pictures, Vision
 from core.runtime.presence import Checkpoint, Claim, Presence
+from core.runtime.reconnect import keep_usage
 from core.runtime.seen import Seen
 from core.scope import Scope, enter_scope
 
@@ -278,20 +279,29 @@ class Engine:
             await self.presence.enter(session, scope, claim)
             store = AgentStore(session, scope, self.mind.config.max_message_tokens)
             agent = await store.lock_agent()
-            event = await session.scalar(_NEXT_PENDING, _agent_params(scope))
+            params = _agent_params(scope)
+            event = await session.scalar(_NEXT_PENDING, params)
             if event is None:
                 await session.commit()
                 return None
             pause = Checkpoint(session, store, self.presence, claim, slot)
+            spent = TurnResult(event.id)  # the turn's model calls, whatever becomes of it
             with bind(tenant_id=scope.tenant_id, agent_id=scope.agent_id, event_id=event.id):
                 try:
-                    result, context = await self.handler.handle(session, store, agent, event, pause)
-                except ClaimLost:
-                    log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
-                    await session.rollback()
-                    return None
-            more = not result.deferred and await session.scalar(_ANY_PENDING, _agent_params(scope))
-            await session.commit()
+                    handled = self.handler.handle(session, store, agent, event, pause, spent)
+                    result, context = await handled
+                    more = not result.deferred and await session.scalar(_ANY_PENDING, params)
+                    await session.commit()
+                except Exception as error:
+                    if isinstance(error, ClaimLost):
+                        log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
+                        await session.rollback()
+                    limit = self.mind.config.max_message_tokens
+                    await keep_usage(self.sessions, scope, spent, self.clock().date(), limit)
+                    if isinstance(error, ClaimLost):
+                        return None
+                    raise
+            spent.recorded = len(spent.calls)
         return result, context, bool(more)
 
     async def converse(
@@ -328,14 +338,9 @@ class Engine:
 
     async def _pending(self, scope: Scope, event_id: int) -> bool:
         """Is the event still pending, and not waiting for a model that is down?"""
+        query = select(Event.status, Event.error).where(agent_events(scope), Event.id == event_id)
         async with self.sessions() as session:
-            row = (
-                await session.execute(
-                    select(Event.status, Event.error).where(
-                        agent_events(scope), Event.id == event_id
-                    )
-                )
-            ).first()
+            row = (await session.execute(query)).first()
         if row is None or row.status != EventStatus.PENDING:
             return False
         return not waits_for_model(row.error)

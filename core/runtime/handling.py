@@ -72,8 +72,11 @@ class Handler:
         agent: Agent,
         event: Event,
         pause: Checkpoint,
+        spent: TurnResult | None = None,
     ) -> tuple[TurnResult, MainContext | None]:
-        """Handle one event: (what came of it, the main context a completed turn left)."""
+        """Handle one event: (what came of it, the main context a completed turn left).
+        A turn charges its model calls to `spent` when given (the caller's, so that it
+        knows what was billed even when this raises)."""
         now, metrics, started = self.clock(), self.mind.metrics, time.perf_counter()
         context: MainContext | None = None
         assert store.member is not None, "drain locked the agent"
@@ -95,7 +98,7 @@ class Handler:
             )
         else:
             result, status, replies, context = await self._think(
-                session, store, agent, event, now, pause
+                session, store, agent, event, now, pause, spent
             )
             agent = store.agent or agent  # read again by each transaction of the turn
         if result.deferred:
@@ -132,12 +135,15 @@ class Handler:
         event: Event,
         now: datetime,
         pause: Checkpoint,
+        spent: TurnResult | None,
     ) -> tuple[TurnResult, EventStatus, list[str], MainContext | None]:
         """Run the turn; a failure drops what its last step had not saved, keeps the member's
         message (and what earlier steps saved) and becomes an apology."""
         assert store.member is not None
         user = store.member[1]
-        turn = Turn(self.mind, store, agent, event, now, user.timezone, user.display_name, pause)
+        turn = Turn(
+            self.mind, store, agent, event, now, user.timezone, user.display_name, pause, spent
+        )
         deferred = False
         try:
             return await turn.run(), EventStatus.DONE, [], turn.context
@@ -161,6 +167,7 @@ class Handler:
             reply, problem = apology(error), f"{type(error).__name__}: {error}"
 
         await session.rollback()  # what the turn did since its last save
+        turn.rolled_back()
         await pause.resume()
         for row in (event, *store.member):
             await session.refresh(row)

@@ -136,12 +136,15 @@ class Outbox:
         """The member's replies to earlier events that are still waiting go out first, in
         order, each back where it was asked: turns of one member run one at a time, but
         their handlers (in several processes, one of them perhaps killed) finish in any
-        order. A deliverer sending one of them holds its lock: this waits for it. Only
-        replies of a platform this process reaches can go first."""
+        order. A deliverer sending one of them holds its lock: this waits for it. One whose
+        send fails stays for a later attempt and the rest go on without it; a second failure
+        says the channel is down, and they all wait. Only replies of a platform this process
+        reaches can go first."""
         if not self.platforms.served():
             return
-        earlier = _earlier(scope, event_id, _reached(self.platforms))
+        reached, failed = _reached(self.platforms), set[int]()
         while True:
+            earlier = _earlier(scope, event_id, reached).where(Reply.id.not_in(failed))
             async with self.sessions() as session, session.begin():
                 # Unlocked first: almost always nothing waits, and that costs one query.
                 if (await session.execute(earlier)).first() is None:
@@ -159,11 +162,14 @@ class Outbox:
                     return
                 try:
                     await send(reply.text, _posting(reply, first=False))
-                except Exception as error:  # that channel is down: ours may not be
+                except Exception as error:  # that post failed: the others may not
                     reply.attempts += 1
                     reply.last_error = f"{type(error).__name__}: {error}"[:500]
                     log.warning("an earlier reply %s could not go first: %s", reply.id, error)
-                    return
+                    failed.add(reply.id)
+                    if len(failed) > 1:
+                        return
+                    continue
                 reply.delivered_at = self.clock()
 
     async def redeliver(self, older_than: timedelta) -> tuple[int, int]:

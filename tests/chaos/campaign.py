@@ -196,10 +196,17 @@ class Campaign:
             await self.at(offset)
             self.faults.outage(self.knobs.outage_seconds)
 
+        restarting = asyncio.Lock()  # restarts drawn close together go one after another
+
         async def restart(planned: Restart) -> None:
             if self.server is None:
                 return
             await self.at(planned.at)
+            async with restarting:
+                await restart_now(planned)
+
+        async def restart_now(planned: Restart) -> None:
+            assert self.server is not None
             began = time.monotonic()
             procs.database_up.clear()
             procs.database_restarts += 1

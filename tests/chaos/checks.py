@@ -18,6 +18,11 @@ to a live gateway session), for each of its tags (its words, its file):
     misanswered   words whose event's replies answer another of the member's messages
                   (`ack <other tag>`): the turn went on from words that were not its own
     answered_twice  `ack <tag>` shown more than once in the member's channel
+    out_of_order  `ack <tag>` shown after the answer to a message the member's agent
+                  stored later (a later event), though no send of its replies had failed
+                  (a reply whose send failed waits for a retry: later ones go first) and
+                  it carried no file (words beside files wait, held, until the files are
+                  read: a message written meanwhile is answered first)
     undelivered   a reply of its event still in the outbox
     not_shown     a reply marked delivered that the member's channel does not show
 
@@ -27,8 +32,11 @@ Across the campaign:
                   two members' tags; a member's tag stored on another member's agent
     over_window   a prompt larger than COMPANION_CONTEXT_WINDOW, counted as the fake counts
     usage         the tokens in `usage` differ from what the model billed a process that
-                  ended cleanly (or exceed it for a killed one)
+                  ended cleanly, the database restarted under it or not (or exceed it for a
+                  killed one)
     process       `companion run` not ready, not stopping cleanly on SIGTERM; a failed import
+                  (but for one that met a restart of the database and said so: it changed
+                  nothing, being one transaction, and the operator runs it again)
 """
 
 from __future__ import annotations
@@ -88,6 +96,8 @@ class Stored:
     # agent -> when each `import --replace` of it ran (its audit entry: written holding the
     # agent's lock, so every turn started either before it or after its commit)
     replaced: dict[int, list[float]] = field(default_factory=dict)
+    # events with a reply whose send failed at least once (counted on the outbox row)
+    resent: set[int] = field(default_factory=set)
 
 
 async def load(db: AsyncEngine) -> Stored:
@@ -140,16 +150,28 @@ async def load(db: AsyncEngine) -> Stored:
             if mark
         )
         replies: dict[int, list[tuple[str, bool]]] = collections.defaultdict(list)
-        for eid, body, delivered in await rows(
-            "SELECT event_id, text, delivered_at IS NOT NULL FROM outbox ORDER BY id"
+        resent: set[int] = set()
+        for eid, body, delivered, attempts in await rows(
+            "SELECT event_id, text, delivered_at IS NOT NULL, attempts FROM outbox ORDER BY id"
         ):
             replies[eid].append((body, delivered))
+            if attempts:
+                resent.add(eid)
         final = ", ".join(f"'{status}'" for status in HANDLED)
         pending = int(
             await conn.scalar(text(f"SELECT count(*) FROM events WHERE status NOT IN ({final})"))
         )
     return Stored(
-        agents, events, recall, passages, replies, pending, handled, turn_at, dict(replaced)
+        agents,
+        events,
+        recall,
+        passages,
+        replies,
+        pending,
+        handled,
+        turn_at,
+        dict(replaced),
+        resent,
     )
 
 
@@ -168,6 +190,7 @@ class Checker:
     when: Callable[[Item], str] = lambda item: ""  # when it was acknowledged, for reports
     violations: list[Violation] = field(default_factory=list)
     erased: int = 0
+    reordered: int = 0  # answers shown after later ones: a send of theirs failed, or held
     _item: Item | None = None
 
     def flag(self, kind: str, member: str, mark: str, detail: str) -> None:
@@ -184,6 +207,7 @@ class Checker:
             for mark in item.tags:
                 self._tag(item, mark, words=mark == item.words_tag)
         self._item = None
+        self._in_order()
         if self.stored.pending:
             self.flag("stuck", "*", "*", f"{self.stored.pending} events not handled at the end")
         return self.violations
@@ -198,6 +222,51 @@ class Checker:
                 if others:
                     self.flag(
                         "crossed", owner.mid, "*", f"shown {sorted(others)}'s tags: {post[:80]!r}"
+                    )
+
+    def _in_order(self) -> None:
+        """Per member: the answers shown in the order their agent stored the messages
+        (one agent handles its events oldest first; the outbox sends a member's earlier
+        replies before later ones), unless a send of one of the member's replies before
+        the later answer had failed (the outbox passes over a reply whose post failed, and
+        after a second failure lets the new answer go, as the earlier ones may wait in
+        another thread), or the earlier words were held for their files."""
+        shown: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
+        held = {item.words_tag for item in self.items if item.file_tag}
+        failed: dict[str, list[int]] = collections.defaultdict(list)  # member -> event ids
+        for item in self.items:
+            owner = (item.member.tenant, item.member.user)
+            for mark in item.tags:
+                for eid, agent, _, _ in self.stored.events.get(mark, []):
+                    if eid in self.stored.resent and self.stored.agents.get(agent) == owner:
+                        failed[item.member.mid].append(eid)
+        for item in self.items:
+            mark, member = item.words_tag, item.member
+            if item.acked_at is None or mark is None:
+                continue
+            posts = self.records.posts.get(member.channel, [])
+            at = next((n for n, p in enumerate(posts) if p.startswith(f"ack {mark}")), None)
+            mine = [
+                e[0]
+                for e in self.stored.events.get(mark, [])
+                if self.stored.agents.get(e[1]) == (member.tenant, member.user)
+            ]
+            if at is not None and len(mine) == 1:
+                shown[member.mid].append((mine[0], at, mark))
+        for mid, answers in shown.items():
+            answers.sort()
+            for n, (eid, at, mark) in enumerate(answers):
+                later = [(e, m) for e, a, m in answers[n + 1 :] if a < at]
+                last = max((e for e, _ in later), default=0)
+                excused = mark in held or any(e < last for e in failed[mid])
+                self.reordered += int(bool(later) and excused)
+                if later and not excused:
+                    self.flag(
+                        "out_of_order",
+                        mid,
+                        mark,
+                        f"event {eid}'s answer shown after the answer to event {later[0][0]} "
+                        f"({later[0][1]}), no send of the member's replies before it failed",
                     )
 
     def _erased(self, agent: int, eid: int) -> bool:
@@ -320,23 +389,27 @@ def usage_violations(
     ledger: Ledger,
     stored: Stored,
     agent_of: dict[str, int],
-    restarts: Sequence[tuple[float, float, str]] = (),
+    excused: collections.Counter[str] | None = None,
 ) -> tuple[list[Violation], int]:
     """Per process and member: the tokens `usage` grew by against what the model billed.
 
     Every call is the member's whose tags its prompt holds. A process that stopped cleanly
-    must have recorded exactly what it was billed. A killed one (or one SIGTERMed that gave
-    up turns still running past its grace period, or one the database restarted under)
-    may have recorded less: the
-    turns it was running roll back with their usage (and run again later), but only calls
-    made after the start of the member's last turn it finished can belong to those. Calls
-    that name no single member loosen the check by what they were billed. Returns the
-    violations and the tokens billed to turns cut by kills."""
+    must have recorded exactly what it was billed, a restart of the database under it or
+    not (a turn the restart cut records the calls it made once the database is back). A
+    killed one, or one SIGTERMed that gave up turns still running past its grace period,
+    may have recorded less: a turn is cut in the middle of a model call (where it waits),
+    which the model may have billed though the process never read its answer, and the
+    turn rolls back to run again later; only calls made after the start of the member's
+    last turn it finished can belong to those. Calls that name no single member loosen the
+    check by what they were billed. Returns the violations and the tokens billed to cut
+    turns; `excused` counts the (process, member) pairs only the given-up turns excused,
+    so that a campaign shows how often that allowance was needed."""
     found, cut = [], 0
     for gen in generations:
         start, end = gen.wall
         calls = ledger.of(gen.name)
-        cut_short = gen.ended_by == "SIGKILL" or gave_up_turns(gen) or lived_through(gen, restarts)
+        gave_up = gen.ended_by != "SIGKILL" and gave_up_turns(gen)
+        cut_short = gen.ended_by == "SIGKILL" or gave_up
         loose = sum(c.billed for c in calls if c.member is None)
         for member in sorted({c.member for c in calls if c.member}):
             agent = agent_of.get(member, -1)
@@ -348,7 +421,10 @@ def usage_violations(
             may_roll_back = sum(c.billed for c in mine if c.at >= since)
             if not cut_short:
                 may_roll_back = 0
-            if recorded > billed + loose or recorded < billed - may_roll_back - loose:
+            wrong = recorded > billed + loose or recorded < billed - may_roll_back - loose
+            if gave_up and not wrong and recorded < billed - loose and excused is not None:
+                excused["usage short, excused by turns given up at SIGTERM"] += 1
+            if wrong:
                 summaries = sum(c.billed for c in mine if c.summary)
                 found.append(
                     Violation(
@@ -369,13 +445,6 @@ def usage_violations(
     return found, cut
 
 
-def lived_through(gen: Generation, restarts: Sequence[tuple[float, float, str]]) -> bool:
-    """Whether the database restarted while the process ran: the turns it was running then
-    lost their connection and rolled back, usage of their last calls with them."""
-    end = gen.ended_at or float("inf")
-    return any(gen.started <= until and begin <= end for begin, until, _ in restarts)
-
-
 def gave_up_turns(gen: Generation) -> bool:
     """Whether a SIGTERMed process cancelled turns still running after its grace period
     (a loaded machine): they roll back as a SIGKILL's do, and resume on the next start."""
@@ -394,7 +463,7 @@ def process_violations(
     found = [Violation("process", "*", "*", p) for g in generations for p in g.problems]
     for run in imports:
         met_restart = any(run.started <= end and begin <= run.ended for begin, end, _ in restarts)
-        if met_restart and "the database failed" in run.stderr:
+        if met_restart and run.returncode == 1 and "the database failed" in run.stderr:
             continue
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]

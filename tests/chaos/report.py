@@ -112,9 +112,8 @@ def verdict(
     found += checks.model_violations(ledger)
     agents = {tenant_user: agent for agent, tenant_user in stored.agents.items()}
     agent_of = {m.mid: agents.get((m.tenant, m.user), -1) for m in plan.members}
-    usage, cut = checks.usage_violations(
-        procs.generations, ledger, stored, agent_of, campaign.restarted
-    )
+    excused: collections.Counter[str] = collections.Counter()
+    usage, cut = checks.usage_violations(procs.generations, ledger, stored, agent_of, excused)
     found += usage
     found += checks.process_violations(procs.generations, procs.imports, campaign.restarted)
     runs = [g for g in procs.generations if g.name != "sweep"]
@@ -146,6 +145,13 @@ def verdict(
         "db restarts": len(campaign.restarted),
         "settings races": len(plan.races),
         "settings told": sum(len(r.told) for r in plan.races),
+        "out of order, a send failed or held": checker.reordered,
+        # How often the allowances for a restart of the database were needed
+        "starts stopped by a restart": sum(1 for g in runs if g.ended_by == "exit"),
+        "imports stopped by a restart": sum(
+            1 for r in procs.imports if r.returncode and "the database failed" in r.stderr
+        ),
+        **excused,
     }
     result = Report(plan.seed, found, counts, campaign.workdir)
     result.timeline = _timeline(campaign, procs, gateway)
