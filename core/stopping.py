@@ -23,9 +23,11 @@ log = logging.getLogger(__name__)
 STOP_SECONDS = 5.0  # per worker or connection, at exit
 
 
-async def stop_within(what: str, closing: Awaitable[object], seconds: float = STOP_SECONDS) -> bool:
-    """Await `closing` for at most `seconds`; False (logged) when it did not finish. Its
-    own errors are logged too: a failing close must not stop the rest of the exit."""
+async def stop_within(what: str, closing: Awaitable[object], seconds: float | None = None) -> bool:
+    """Await `closing` for at most `seconds` (STOP_SECONDS, read at the call); False
+    (logged) when it did not finish. Its own errors are logged too: a failing close must
+    not stop the rest of the exit."""
+    seconds = STOP_SECONDS if seconds is None else seconds
     task = asyncio.ensure_future(closing)
     done, _ = await asyncio.wait({task}, timeout=seconds)
     if not done:
@@ -38,9 +40,11 @@ async def stop_within(what: str, closing: Awaitable[object], seconds: float = ST
 
 
 async def cancel_within(
-    what: str, tasks: Iterable[asyncio.Task[object]], seconds: float = STOP_SECONDS
+    what: str, tasks: Iterable[asyncio.Task[object]], seconds: float | None = None
 ) -> bool:
-    """Cancel `tasks` and wait for them at most `seconds`; False (logged) if some still run."""
+    """Cancel `tasks` and wait for them at most `seconds` (STOP_SECONDS, read at the call);
+    False (logged) if some still run."""
+    seconds = STOP_SECONDS if seconds is None else seconds
     running = [task for task in tasks if not task.done()]
     for task in running:
         task.cancel()

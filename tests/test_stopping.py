@@ -17,8 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from sqlalchemy import text
 
+import core.stopping
 from bot.database import open_database
 from core.memory.embeddings import EmbeddingWorker
 from core.runtime.activity import Activity
@@ -26,6 +28,13 @@ from core.stopping import STOP_SECONDS
 from tests.conftest import served_url
 
 ENOUGH = STOP_SECONDS + 20  # a stop that takes longer than this did not stop: it hangs
+
+
+@pytest.fixture(autouse=True)
+def short_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bounded stop here is waited out in full: half a second, not STOP_SECONDS, finds
+    a stop that waits forever just as well (a hang still runs past ENOUGH)."""
+    monkeypatch.setattr(core.stopping, "STOP_SECONDS", 0.5)
 
 
 async def stops(closing) -> bool:
