@@ -42,10 +42,23 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # of tests/test_acknowledged.py), and a `companion chat` in a test was once still running
 # after 60 s; none of that came back in the three runs, nor in a fourth after more tests came
 # in (1,215 in 5:37 at load 3, 297 s of CPU).
+# With workers, the browser's process runs alongside the rest (its output shown when both are
+# done): the two workers leave a core idle for much of their run, waiting on Postgres and on
+# the processes they start. `make test WORKERS=0` runs the two one after the other.
 WORKERS ?= 2
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
-	$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py
-	$(BIN)/pytest tests/test_browser.py
+	@if [ "$(WORKERS)" = 0 ]; then \
+		$(BIN)/pytest -n 0 --ignore=tests/test_browser.py && $(BIN)/pytest tests/test_browser.py; \
+	else \
+		browser_log=$$(mktemp); \
+		$(BIN)/pytest tests/test_browser.py >"$$browser_log" 2>&1 & browser=$$!; \
+		trap 'kill $$browser 2>/dev/null' INT TERM; \
+		echo "tests/test_browser.py runs alongside (pid $$browser); its output comes at the end"; \
+		$(BIN)/pytest -n $(WORKERS) --dist loadgroup --ignore=tests/test_browser.py; rest=$$?; \
+		wait $$browser; browser_rc=$$?; \
+		echo "--- tests/test_browser.py (ran alongside) ---"; cat "$$browser_log"; rm -f "$$browser_log"; \
+		[ $$rest = 0 ] && [ $$browser_rc = 0 ]; \
+	fi
 
 lint: $(BIN)/pytest
 	$(BIN)/ruff check .
