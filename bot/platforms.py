@@ -220,7 +220,7 @@ async def _socket_mode(
     async def watch() -> None:  # the Socket Mode client reconnects by itself: say when away
         while True:
             await asyncio.sleep(5)
-            if handler.client.is_connected():
+            if await handler.client.is_connected():  # a coroutine in the aiohttp client
                 report("connected", await _slack_identity(slack.client, "Socket Mode"))
             else:
                 report("retrying", "the Socket Mode connection dropped; reconnecting")
