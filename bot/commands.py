@@ -288,6 +288,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         check_dimension=args.command != "reembed",
         clock=clock,
         keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
+        hold_catch_up=args.command == "chat",  # the first reply first
     ) as app:
         return await COMMANDS[args.command](app, args)
 
