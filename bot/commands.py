@@ -269,6 +269,12 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         # seconds to start the first time.
         sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
         sys.stdout.flush()
+    if args.command == "web":  # as above: the database and the pages take most of a second
+        logging.getLogger("bot.web.serve").info(
+            "starting the memory inspector on %s:%s (database, pages)...",
+            settings.http_host,
+            settings.http_port,
+        )
     from bot.app import open_app
 
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
