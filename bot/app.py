@@ -163,7 +163,7 @@ class Endpoint:
 
     def client(self) -> openai.AsyncOpenAI:
         if self._client is None:
-            import openai
+            from core.openai_package import openai
 
             self._client = openai.AsyncOpenAI(
                 base_url=self.settings.openai_base_url,
