@@ -6,8 +6,8 @@ Its banner comes as soon as the database is open (`banner`), and what the first 
 loads (the embedding model, the tokenizer, the model endpoint's client) loads in the
 background while the member types (`warm_up`). Otherwise every input line
 is one user message, handled in order, and only the agent's messages are written to stdout;
-it exits once its messages have their vectors (the embedding worker's catch-up of earlier
-ones waits for the first reply, in both modes).
+it exits once its messages have their vectors. On a terminal the embedding worker's
+catch-up (vectors that earlier processes left undone) waits for the first turn.
 """
 
 from __future__ import annotations
@@ -181,8 +181,8 @@ async def run_chat(
                 sent += 1
                 answered += await _say(engine, scope, text, stdout, verbose, tty=False)
         if sent and engine.embeddings is not None:
-            # Its messages get their vectors before it exits (the embedding worker's first
-            # pass waited for the first reply: `open_app(hold_catch_up=True)`).
+            # Its messages get their vectors before it exits: a script's last message is
+            # found by meaning at once, not only when some later process embeds it.
             await engine.embeddings.settled()
         if sent and not answered:
             sys.stderr.write(

@@ -294,7 +294,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         check_dimension=args.command != "reembed",
         clock=clock,
         keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
-        hold_catch_up=args.command == "chat",  # the first reply first
+        # On a terminal the prompt and the first reply first (the model loads while the
+        # member types); piped, the catch-up runs beside the first turn, as elsewhere.
+        hold_catch_up=args.command == "chat" and sys.stdin.isatty(),
     ) as app:
         return await COMMANDS[args.command](app, args)
 

@@ -35,9 +35,8 @@ def assert_one_line_error(run: Run) -> str:
 
 
 async def test_a_piped_chat_exits_once_its_messages_have_their_vectors(fake, pg_url, schema):
-    """The embedding worker's catch-up waits for a chat's first reply; a piped chat then
-    waits for the vectors of what it said before it exits, so a script's last message is
-    found by meaning too, not only the next time a process embeds."""
+    """A piped chat waits for the vectors of what it said before it exits, so a script's
+    last message is found by meaning at once, not only when a later process embeds it."""
     env = cli_env(fake, pg_url, schema)
     said = "the lighthouse keeper paints the stairs blue every spring"
     run = await run_cli(env, "chat", stdin=said + "\n")

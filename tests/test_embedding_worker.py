@@ -86,3 +86,19 @@ async def test_a_held_worker_runs_its_first_pass_at_the_first_wake_up():
         for _ in range(20):
             await asyncio.sleep(0)
     assert passes == ["pass", "pass"], "not held, the catch-up runs at start"
+
+
+async def test_settling_gathers_nothing():
+    """Whoever waits for the vectors (a piped chat before it exits) does not wait for the
+    next batch to gather: the pass after a small one runs at once."""
+    passes: list[int] = []
+
+    async def run_pass() -> int:
+        passes.append(1)
+        return 1 if len(passes) == 1 else 0  # a small batch, then nothing
+
+    worker = EmbeddingWorker(sessions=None, embedder=None, interval=600, gather=600)  # type: ignore[arg-type]
+    worker.run_pass = run_pass  # type: ignore[method-assign]
+    async with worker:
+        await asyncio.wait_for(worker.settled(), 30)
+    assert len(passes) >= 2

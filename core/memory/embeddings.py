@@ -5,9 +5,9 @@
     closeness_of(embedder)              how near a vector-only hit must be to count, for its model
     embed_missing(sessions, embedder)   one pass: every message and passage without a vector
     EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
-                                        at start (the catch-up; a chat's after its first
-                                        turn), when `wake()` is called after a turn commits,
-                                        and every `interval` seconds
+                                        at start (the catch-up; a terminal chat's after its
+                                        first turn), when `wake()` is called after a turn
+                                        commits, and every `interval` seconds
     MESSAGE_VECTORS, PASSAGE_VECTORS    where each kind keeps its vectors (`Vectors`): the
                                         statements that read a batch and store a vector,
                                         shared with `companion reembed`
@@ -24,6 +24,7 @@ advisory lock); the others skip the pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,6 +162,7 @@ class EmbeddingWorker:
         self.embedded = 0  # since start, by this process
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
+        self._hurry = asyncio.Event()  # someone waits for the vectors: no gathering
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
@@ -169,7 +171,9 @@ class EmbeddingWorker:
         self._wake.set()
 
     async def settled(self) -> None:
-        """Return once a pass has run with nothing asked of it since (for tests, eval)."""
+        """Return once a pass has run with nothing asked of it since (for tests, eval, and a
+        piped chat before it exits): the passes meanwhile gather nothing."""
+        self._hurry.set()
         self.wake()
         await self._idle.wait()
 
@@ -204,12 +208,15 @@ class EmbeddingWorker:
                 log.exception("embedding pass failed; the next one retries")
             if not self._wake.is_set():
                 self._idle.set()
+                self._hurry.clear()
             if 0 < count < self.batch:
                 # Rows are coming: let the next pass gather a batch. A model costs far more
                 # a text one at a time than in batches (MiniLM here: 6.8 ms a text alone,
                 # 4.3 in eights), and a pass has statements of its own. Until its vector
                 # exists a message is found by its words.
-                await asyncio.sleep(self.gather)
+                with contextlib.suppress(TimeoutError):  # unless `settled` is waiting
+                    async with asyncio.timeout(self.gather):
+                        await self._hurry.wait()
             await self._woken_or_interval()
 
     async def _woken_or_interval(self) -> None:
