@@ -289,6 +289,7 @@ async def discord_running(
     from adapters.discord.commands import admin_rights
     from adapters.discord.posting import DiscordOutlets
     from adapters.discord.tenants import PLATFORM
+    from adapters.discord.unstored import Unstored
 
     settings = app.settings
     token = settings.discord_token
@@ -313,6 +314,7 @@ async def discord_running(
         shard_ids=shards.ids if shards else None,
         shard_count=shards.count if shards else None,
         on_shard_status=report_shard,
+        unstored=Unstored(settings.data_dir / "discord-unstored"),
     )
     app.platforms.add(PLATFORM, DiscordOutlets(client))  # openers and retried replies
     if rights is not None:  # the inspector asks Discord whether an admin still is one

@@ -88,7 +88,8 @@ class OpenAIChat:
     server does not take, `max_tokens` on a reasoning model, no system role, a template that
     takes no function messages) changes every later request, logged once; 429, 5xx and lost
     connections are retried `retries` times with backoff (honouring Retry-After), then
-    `ModelUnavailable`; a timeout is
+    `ModelUnavailable` (not retried once the endpoint is known to be down: the outage's
+    probe is one request); a timeout is
     `ModelTimeout` at once (the turn decides whether to wait again: the abandoned
     generation may still be running); the server failing to read the model's output is
     `MalformedOutput`; any other refusal is a `ModelSetupError`, reported to `health`.
@@ -161,7 +162,14 @@ class OpenAIChat:
                     log.warning("the model endpoint refuses the %s; not sending it again", change)
                     continue
                 failure = classify(status, message, getattr(error, "code", None))
-                if isinstance(failure, ModelUnavailable) and attempt < self.retries:
+                # Once the endpoint is known to be down (this call is its probe, or another
+                # call found it down meanwhile), a retry would only ask a dead endpoint again.
+                known_down = self.health.outage.down_since is not None
+                if (
+                    isinstance(failure, ModelUnavailable)
+                    and attempt < self.retries
+                    and not known_down
+                ):
                     await self.sleep(_wait(attempt, error))
                     attempt += 1
                     continue

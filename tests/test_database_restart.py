@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from adapters.common import SORRY, Services
+from adapters.discord.unstored import Note, Unstored
 from core.runtime.reconnect import unreachable
 from tests.fake_discord import message, user
 from tests.fake_openai import default_brain
@@ -87,6 +88,58 @@ async def test_a_new_session_while_the_database_is_down_reads_back_once_it_is_ba
     await new_session(bot, engine)  # READY: the read-back starts while the database is down
     await back
     assert bot.api.texts(DM) == ["You said: hello", "You said: did you get my note?"]
+
+
+async def test_a_first_dm_that_waited_when_the_process_died_is_read_back_from_its_note(
+    bot,  # noqa: F811
+    engine,
+    restartable,
+    tmp_path,
+):
+    """Discord cannot list a bot's DMs, so a new session reads back only where the bot
+    talked before; a member's first DM, waiting for the database in a process that died,
+    was lost. The note the waiting left on disk names its channel."""
+    bot.client.unstored = Unstored(tmp_path / "unstored")
+    await asyncio.to_thread(restartable.stop)
+    try:
+        first = message(user(ANN, NAMES[ANN]), DM, "hi, I'm new here")
+        bot.api.history.setdefault(DM, []).append(first)  # Discord keeps it
+        bot.state.parse_message_create(first)
+        await asyncio.sleep(1.0)
+        assert [n.channel_id for n in bot.client.unstored.notes()] == [DM]
+        dying = ("discord.py: on_message", "companion: Discord catch-up")
+        for task in asyncio.all_tasks():  # the process dies with the message in hand
+            if task.get_name().startswith(dying):
+                task.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        await asyncio.to_thread(restartable.ensure_postgres_running)
+    await settle()
+    assert bot.api.texts(DM) == []  # the waiting handler is gone with its process
+
+    await new_session(bot, engine)  # the next process's READY
+    assert bot.api.texts(DM) == ["You said: hi, I'm new here"]
+    assert bot.client.unstored.notes() == []
+    await new_session(bot, engine)  # read back again: not answered twice
+    assert bot.api.texts(DM) == ["You said: hi, I'm new here"]
+
+
+def test_a_disk_that_refuses_the_note_is_said_once_and_loses_nothing_else(tmp_path, caplog):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    unstored = Unstored(blocked / "unstored")  # a directory under a file: refused
+    unstored.note(1, 10, None)
+    unstored.note(2, 10, 7)
+    assert unstored.notes() == []
+    said_so = [r for r in caplog.records if "cannot note Discord messages" in r.getMessage()]
+    assert len(said_so) == 1 and said_so[0].levelname == "WARNING"
+    kept = Unstored(tmp_path / "kept")
+    kept.note(5, 10, None)
+    kept.note(3, 11, 7)
+    (tmp_path / "kept" / "9.new").write_text("12 -")  # a note cut while being written
+    assert kept.notes() == [Note(3, 11, 7), Note(5, 10, None)]
+    kept.done(5)
+    assert kept.notes() == [Note(3, 11, 7)]
 
 
 async def test_a_slack_turn_the_database_cut_is_answered_once_it_is_back(

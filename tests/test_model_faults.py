@@ -157,6 +157,28 @@ async def test_persistent_500s_leave_the_message_waiting_with_a_notice(
     await assert_recovers(engine, fake, scope)
 
 
+async def test_a_probe_of_a_down_endpoint_is_one_request_not_a_round_of_retries(
+    make_engine_for, fake, clock
+):
+    engine = make_engine_for(retries=3)
+    fake.brain = echo
+    scope = await engine.agent("t", "alice")
+    fake.down = 503
+    exchange = await talk(engine, scope, "are you there?")
+    assert exchange.replies == [WAITING_NOTICE]
+    assert fake.down_calls == 4  # the call that found it down: one try and three retries
+
+    for probe in (1, 2, 3):
+        clock.advance(seconds=LONGEST_WAIT)  # a probe is due
+        await engine.resume()
+        assert fake.down_calls == 4 + probe, "a probe asked the dead endpoint more than once"
+
+    fake.down = None
+    clock.advance(seconds=LONGEST_WAIT)
+    await engine.resume()
+    assert await engine.outbox.take_replies(exchange.event_id) == ["You said: are you there?"]
+
+
 async def test_a_failure_mid_turn_keeps_the_steps_and_goes_on_from_them(
     make_engine_for, fake, clock
 ):

@@ -18,6 +18,7 @@ import yarl
 from adapters.common import Services
 from adapters.discord.client import CompanionClient, Status
 from adapters.discord.shards import ShardedClient, ShardStatus
+from adapters.discord.unstored import Unstored
 
 __all__ = ["CompanionClient", "build_discord_client", "run_discord", "use_discord_hosts"]
 
@@ -44,11 +45,13 @@ def build_discord_client(
     shard_ids: tuple[int, ...] | None = None,
     shard_count: int | None = None,
     on_shard_status: ShardStatus | None = None,
+    unstored: Unstored | None = None,
 ) -> discord.Client:
     """The client; `home_guild_id` is the default DM home (see client.py); `on_status` hears
     (state, detail) as the gateway connects, drops and resumes. `sharded`: shards
     `shard_ids` of `shard_count` (both None: all the shards Discord recommends), each
-    shard's state to `on_shard_status`."""
+    shard's state to `on_shard_status`. `unstored`: where messages that wait for the
+    database are noted (unstored.py)."""
     use_discord_hosts(api_url, gateway_url)
     if sharded:
         return ShardedClient(
@@ -58,8 +61,11 @@ def build_discord_client(
             on_shard_status=on_shard_status,
             home_guild_id=home_guild_id,
             on_status=on_status,
+            unstored=unstored,
         )
-    return CompanionClient(services, home_guild_id=home_guild_id, on_status=on_status)
+    return CompanionClient(
+        services, home_guild_id=home_guild_id, on_status=on_status, unstored=unstored
+    )
 
 
 async def run_discord(client: discord.Client, token: str) -> None:

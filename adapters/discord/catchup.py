@@ -15,10 +15,13 @@ dedup key `discord:msg:<id>` makes a message read twice safe anyway. With shards
 shard does this on each of its new sessions, for its own servers (and shard 0 the DMs): the
 server of each channel is stored with its messages, so other channels are not looked up.
 
+A message that was waiting for the database when its process died is read back too, from
+the note that process left on disk (unstored.py), even in a DM where the bot never talked.
+
 What stays out of reach: a DM where the bot never talked before (Discord cannot list a
-bot's DMs), threads where it never talked, channels whose history the bot may not read,
-anything before the bot stored its first message, messages older than CATCH_UP_DAYS, and
-beyond PER_CHANNEL messages in one channel.
+bot's DMs) unless a note on this disk names it, threads where it never talked, channels
+whose history the bot may not read, anything before the bot stored its first message,
+messages older than CATCH_UP_DAYS, and beyond PER_CHANNEL messages in one channel.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import discord
 
 from adapters.discord.messages import WHERE
 from adapters.discord.tenants import EVERY
+from adapters.discord.unstored import Unstored
 from core.runtime.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -61,9 +65,10 @@ def _guild(stored: str | None) -> int | None:
     return int(stored) if stored and stored.isdigit() else None
 
 
-async def catch_up(client: Reader, engine: Engine) -> int:
+async def catch_up(client: Reader, engine: Engine, unstored: Unstored) -> int:
     """Read back every channel the bot talked in lately (of the servers the client reads
-    back: a shard's, with several); returns how many messages it took."""
+    back: a shard's, with several), and the channel of every message noted as waiting for
+    the database when a process stopped; returns how many messages it took."""
     since = engine.clock() - timedelta(days=CATCH_UP_DAYS)
     seen = await engine.seen.newest_per_place(EVERY, since, WHERE)
     newest = {c: n.position for c, n in seen.items() if client.reads_back(_guild(n.group))}
@@ -71,12 +76,17 @@ async def catch_up(client: Reader, engine: Engine) -> int:
         latest = max(newest.values())
         for channel_id in _active_elsewhere(client, latest, set(newest)):
             newest[channel_id] = latest
+    noted = [n for n in unstored.notes() if client.reads_back(n.guild_id)]
+    for note in noted:  # oldest first: each channel from its oldest note
+        place = str(note.channel_id)
+        newest[place] = min(newest.get(place, note.message_id), note.message_id)
     taken = 0
     for channel_id, message_id in newest.items():
         try:
             taken += await _read_back(client, engine, int(channel_id), message_id)
         except discord.HTTPException as error:  # gone, or no longer visible to the bot
             log.info("could not read back channel %s: %s", channel_id, error)
+    unstored.forget([note.message_id for note in noted])
     if taken:
         log.info("caught up on %d messages in %d channels", taken, len(newest))
     return taken

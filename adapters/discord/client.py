@@ -34,6 +34,7 @@ from adapters.discord.messages import (
 from adapters.discord.posting import DiscordOutlet
 from adapters.discord.tenants import PLATFORM, guild_of, tenant_key
 from adapters.discord.tree import CompanionTree, add_commands
+from adapters.discord.unstored import Unstored
 from adapters.inbound import store_welcome
 from adapters.posting import post_reply
 from core.companion import Where
@@ -89,6 +90,7 @@ class CompanionClient(discord.Client):
         services: Services,
         home_guild_id: int | None = None,
         on_status: Status | None = None,
+        unstored: Unstored | None = None,
         **options: Any,
     ) -> None:
         super().__init__(
@@ -102,6 +104,7 @@ class CompanionClient(discord.Client):
         self.services = services
         self.home_guild_id = home_guild_id
         self.on_status = on_status or (lambda state, detail: None)
+        self.unstored = unstored or Unstored(None)
         self.tree = CompanionTree(self)
         add_commands(self.tree, CommandState(services, self.tenant_of, self.server_name))
 
@@ -151,7 +154,7 @@ class CompanionClient(discord.Client):
     async def on_ready(self) -> None:
         self.announce()
         engine = self.services.engine
-        work = when_back(lambda: catch_up(self, engine), "the Discord catch-up")
+        work = when_back(lambda: catch_up(self, engine, self.unstored), "the Discord catch-up")
         engine.activity.start(work, "Discord catch-up")
 
     def announce(self) -> None:
@@ -177,11 +180,19 @@ class CompanionClient(discord.Client):
             return
         if message.type not in CHAT_TYPES:
             return
+        guild_id = guild_id_of(message)
         try:
             # Discord will not send it again: a database that went away is waited for (its
-            # handling is safe to repeat; a new session's read-back is the second chance).
-            await when_back(lambda: self._take(message, me), f"Discord message {message.id}")
+            # handling is safe to repeat), noted on disk meanwhile so that a new session reads
+            # its channel back should this process die first (unstored.py).
+            await when_back(
+                lambda: self._take(message, me),
+                f"Discord message {message.id}",
+                on_wait=lambda: self.unstored.note(message.id, message.channel.id, guild_id),
+            )
+            self.unstored.done(message.id)
         except Exception:
+            self.unstored.done(message.id)
             log.exception("message %s in channel %s failed", message.id, message.channel.id)
             try:
                 await message.channel.send(SORRY)

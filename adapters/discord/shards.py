@@ -163,7 +163,7 @@ class ShardedClient(CompanionClient, discord.AutoShardedClient):
         self.on_shard_status(shard, "connected", f"ready with {self._servers_of(shard)} servers")
         engine = self.services.engine
         what = f"the Discord catch-up of shard {shard}"
-        work = when_back(lambda: catch_up(OneShard(self, shard), engine), what)
+        work = when_back(lambda: catch_up(OneShard(self, shard), engine, self.unstored), what)
         engine.activity.start(work, what)
 
     async def on_shard_disconnect(self, shard: int) -> None:

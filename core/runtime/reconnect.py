@@ -5,7 +5,8 @@
                                  reset, a server starting up or shutting down
     await when_back(work, what)  `work()`, tried again while the database is unreachable,
                                  for at most DATABASE_WAIT seconds; then, or for any other
-                                 error at once, its error is raised
+                                 error at once, its error is raised (`on_wait`: called
+                                 once the waiting begins)
     await keep_usage(...)        a turn's model calls that no commit recorded (the database
                                  went away under it): recorded on their own once it is back
 
@@ -73,9 +74,13 @@ def unreachable(error: BaseException) -> bool:
 
 
 async def when_back(
-    work: Callable[[], Awaitable[T]], what: str, seconds: float = DATABASE_WAIT
+    work: Callable[[], Awaitable[T]],
+    what: str,
+    seconds: float = DATABASE_WAIT,
+    on_wait: Callable[[], None] | None = None,
 ) -> T:
-    """`work()`; while the database is unreachable, again (0.1 s, then up to 2 s apart)."""
+    """`work()`; while the database is unreachable, again (0.1 s, then up to 2 s apart).
+    `on_wait` runs once, when the waiting begins."""
     deadline, wait, told = time.monotonic() + seconds, 0.1, False
     while True:
         try:
@@ -86,6 +91,8 @@ async def when_back(
             if not told:
                 log.warning("%s waits for the database: %s", what, error)
                 told = True
+                if on_wait is not None:
+                    on_wait()
         await asyncio.sleep(wait)
         wait = min(wait * 2, 2.0)
 

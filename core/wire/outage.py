@@ -27,7 +27,7 @@ from core.errors import ModelError, ModelTimeout
 log = logging.getLogger("companion.model")
 
 FIRST_WAIT = 5.0  # seconds before the first probe of a down endpoint
-LONGEST_WAIT = 60.0
+LONGEST_WAIT = 30.0  # the longest a member waits for a probe after the endpoint is back
 TIMEOUTS_IN_A_ROW = 2  # one slow answer is not an outage; two in a row are
 
 
