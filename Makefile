@@ -5,21 +5,27 @@ BIN := $(VENV)/bin
 
 .PHONY: chat dev test lint format bench
 
+# pip for the venv: the interpreter's own pip, pointed at it (`--python`, pip 22.3+), so the
+# venv is made without a pip of its own (ensurepip installs and compiles one: 7-14 s of a
+# first `make chat` here); one is installed into it only where the interpreter has none.
+VENV_PIP = pip="$(PY) -m pip --python $(BIN)/python"; $$pip --version >/dev/null 2>&1 || \
+	{ $(BIN)/python -m ensurepip --default-pip >/dev/null && pip="$(BIN)/python -m pip"; }
+
 # What `companion` needs to run, nothing more (the test tools are the next target). pip
 # says what it fetches and installs, package by package, so a first install is never silent.
 # --no-compile: Python compiles what a command imports when it first runs, not all 60
 # packages up front (that was half of the install's time).
 $(BIN)/companion: pyproject.toml
 	@echo "Installing Companion and what it needs to run into $(VENV) (about a minute the first time)..."
-	@$(PY) -m venv $(VENV)
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on --no-compile -e .
+	@$(PY) -m venv --without-pip $(VENV)
+	@$(VENV_PIP); $$pip install --disable-pip-version-check --progress-bar on --no-compile -e .
 	@echo "Installed. Next time this step is skipped."
 	@touch $@
 
 # The test and lint tools (pytest, ruff, mypy, Playwright...): `make test`, `make lint` and CI.
 $(BIN)/pytest: $(BIN)/companion
 	@echo "Installing the test and lint tools into $(VENV)..."
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	@$(VENV_PIP); $$pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	@touch $@
 
 dev: $(BIN)/pytest  ## install Companion with the test and lint tools

@@ -2,12 +2,14 @@
 on the embedded database (no DATABASE_URL), with the built-in local embedder.
 
     python bench/commands.py [--runs 3] [--companion .venv/bin/companion] [--against OTHER]
+                             [--only LABEL]
 
 For each command: the seconds until its first line (stdout or stderr) and until it exits,
 the median of --runs warm runs (the embedded database already initialised; each command
 runs once first, unmeasured), and the very first command of all (cold: initdb and the
 migrations). The model is tests.fake_openai on loopback, so `chat` measures Companion, not a
-model. `run` and `web` are servers: their time is to their first log line, then SIGTERM.
+model. `web` is a server: its first line says it is starting, "done" is its line saying it
+serves (`READY`), then SIGTERM.
 `chat` on a terminal runs in a pseudo-terminal: its first line is what it prints first,
 "done" is its prompt (ready for a message); the member then types for TYPING seconds, and
 the row below it is the time from the message to the reply. `--against OTHER` (another
@@ -64,7 +66,7 @@ def commands(scratch: Path) -> list[tuple[str, list[str], str]]:
         ("reembed --missing", ["reembed", "--missing"], ""),
         ("tenant erase (none)", ["tenant", "erase", "slack:TNONE", "--yes"], ""),
         ("doctor", ["doctor"], ""),
-        ("web (to first line)", ["web"], ""),
+        ("web (to serving)", ["web"], ""),
     ]
 
 
@@ -83,25 +85,31 @@ async def timed(
         env=env,
     )
     first: float | None = None
-    server = args[0] in ("web", "run")
+    ready = READY.get(args[0])
+    serving: float | None = None
 
     async def watch(stream: asyncio.StreamReader) -> None:
-        nonlocal first
-        while await stream.read(4096):
-            if first is None:
-                first = time.perf_counter() - started
-                if server:
-                    proc.send_signal(signal.SIGTERM)
+        nonlocal first, serving
+        seen = b""
+        while chunk := await stream.read(4096):
+            first = first if first is not None else time.perf_counter() - started
+            seen = seen[-200:] + chunk
+            if ready and serving is None and ready in seen:
+                serving = time.perf_counter() - started
+                proc.send_signal(signal.SIGTERM)
 
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     proc.stdin.write(stdin.encode())
     proc.stdin.close()
     await asyncio.gather(watch(proc.stdout), watch(proc.stderr))
     code = await proc.wait()
-    done = time.perf_counter() - started
+    done = serving or time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return (first if first is not None else done), done, code, cpu
+
+
+READY = {"web": b", links to "}  # a server's line saying it serves: its "done"
 
 
 TYPING = 3.0  # seconds the member takes to type the first message, in the terminal chat
@@ -158,6 +166,7 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="warm runs per command (median)")
     parser.add_argument("--companion", default=str(ROOT / ".venv" / "bin" / "companion"))
     parser.add_argument("--against", help="another `companion` to run alternately with it")
+    parser.add_argument("--only", help="only the commands whose label contains this")
     args = parser.parse_args()
     print(f"{machine()}; code {revision()}; {args.runs} warm runs per command")
     if args.against:
@@ -178,7 +187,8 @@ async def main() -> None:
             cold = await timed(args.companion, ["usage"], "", env)
             print(f"cold start (initdb, migrations): usage took {cold[1]:.2f} s\n")
             print(f"{'command':<26} {'first line':>10} {'done':>8} {'CPU':>7}  exit")
-            worst = await every_command(args, env, commands(Path(scratch)))
+            listed = [c for c in commands(Path(scratch)) if (args.only or "") in c[0]]
+            worst = await every_command(args, env, listed)
             print(f"\nslowest database command: first line {worst[0]:.2f} s, done {worst[1]:.2f} s")
             stop_warm_servers(Path(scratch))
 

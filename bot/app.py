@@ -65,6 +65,7 @@ class App:
         clock: Callable[[], datetime],
         need_model: bool,
         closing: AsyncExitStack,
+        hold_catch_up: bool = False,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
@@ -78,6 +79,7 @@ class App:
         self.platforms = Router()
         self.wire = WireHealth()
         self._need_model = need_model
+        self._hold_catch_up = hold_catch_up  # the embedding worker's first pass waits
         self._closing = closing  # what the engine opens is closed with the app
 
     @cached_property
@@ -147,7 +149,7 @@ class App:
         )
         self._closing.push_async_callback(engine.aclose)
         if worker is not None:
-            worker.start()
+            worker.start(held=self._hold_catch_up)
             self._closing.push_async_exit(worker)
         return engine
 
@@ -161,7 +163,7 @@ class Endpoint:
 
     def client(self) -> openai.AsyncOpenAI:
         if self._client is None:
-            import openai
+            from core.openai_package import openai
 
             self._client = openai.AsyncOpenAI(
                 base_url=self.settings.openai_base_url,
@@ -224,7 +226,10 @@ async def open_app(
     check_dimension: bool = True,
     clock: Callable[[], datetime] | None = None,
     keep_warm: bool = False,
+    hold_catch_up: bool = False,
 ) -> AsyncIterator[App]:
+    """The app for one command; `hold_catch_up`: the embedding worker's catch-up (vectors
+    that earlier processes left undone) waits for the first turn (`companion chat`)."""
     if need_model:
         settings.require_model()
     async with (
@@ -255,7 +260,15 @@ async def open_app(
                     raise _switched(settings, made_by)
                 embedder = None  # as above
         yield App(
-            settings, sessions, embedder, held_dim, endpoint, clock or utcnow, need_model, closing
+            settings,
+            sessions,
+            embedder,
+            held_dim,
+            endpoint,
+            clock or utcnow,
+            need_model,
+            closing,
+            hold_catch_up,
         )
 
 

@@ -5,7 +5,9 @@ inner monologue, function calls, and each model call's tokens: prompt, cached, o
 Its banner comes as soon as the database is open (`banner`), and what the first turn
 loads (the embedding model, the tokenizer, the model endpoint's client) loads in the
 background while the member types (`warm_up`). Otherwise every input line
-is one user message, handled in order, and only the agent's messages are written to stdout.
+is one user message, handled in order, and only the agent's messages are written to stdout;
+it exits once its messages have their vectors. On a terminal the embedding worker's
+catch-up (vectors that earlier processes left undone) waits for the first turn.
 """
 
 from __future__ import annotations
@@ -178,6 +180,10 @@ async def run_chat(
             if text.strip():
                 sent += 1
                 answered += await _say(engine, scope, text, stdout, verbose, tty=False)
+        if sent and engine.embeddings is not None:
+            # Its messages get their vectors before it exits: a script's last message is
+            # found by meaning at once, not only when some later process embeds it.
+            await engine.embeddings.settled()
         if sent and not answered:
             sys.stderr.write(
                 f"companion: none of the {sent} messages was answered (the log says why; "

@@ -269,6 +269,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         # seconds to start the first time.
         sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
         sys.stdout.flush()
+    if args.command == "web":  # as above: the database and the pages take most of a second
+        said = f"starting the memory inspector on {settings.http_host}:{settings.http_port}"
+        logging.getLogger("bot.web.serve").info("%s (database, pages)...", said)
     from bot.app import open_app
 
     need_model = args.command in ("chat", "run") or (args.command == "tick" and not _dry_tick(args))
@@ -288,6 +291,9 @@ async def _run(args: argparse.Namespace, settings: Settings) -> int:
         check_dimension=args.command != "reembed",
         clock=clock,
         keep_warm=args.command not in ("run", "web") and idle_stop.may_outlive(),
+        # On a terminal the prompt and first reply first (the model loads while the member
+        # types); piped, the catch-up runs beside the first turn (bench/README.md).
+        hold_catch_up=args.command == "chat" and sys.stdin.isatty(),
     ) as app:
         return await COMMANDS[args.command](app, args)
 

@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -109,6 +110,27 @@ async def _stop(task: asyncio.Task[Any] | None) -> None:
 
 
 # --- Slack -----------------------------------------------------------------------------------
+
+
+async def watch_socket_mode(
+    client: Any,
+    identity: Callable[[], Awaitable[str]],
+    report: Callable[[str, str], None],
+    every: float = 5.0,
+) -> None:
+    """The Socket Mode client reconnects by itself: say when it is away, and when back (only
+    on a change: Slack is not asked who we are every few seconds)."""
+    connected = True
+    while True:
+        await asyncio.sleep(every)
+        now = await client.is_connected()
+        if now == connected:
+            continue
+        connected = now
+        if now:
+            report("connected", await identity())
+        else:
+            report("retrying", "the Socket Mode connection dropped; reconnecting")
 
 
 async def _slack_identity(client: Any, where: str) -> str:
@@ -217,16 +239,9 @@ async def _socket_mode(
             ) from None
         return who
 
-    async def watch() -> None:  # the Socket Mode client reconnects by itself: say when away
-        while True:
-            await asyncio.sleep(5)
-            if await handler.client.is_connected():  # a coroutine in the aiohttp client
-                report("connected", await _slack_identity(slack.client, "Socket Mode"))
-            else:
-                report("retrying", "the Socket Mode connection dropped; reconnecting")
-
     task = await _connect(connect, report, "Slack", UNREACHABLE)
-    watching = asyncio.create_task(watch())
+    identity = partial(_slack_identity, slack.client, "Socket Mode")
+    watching = asyncio.create_task(watch_socket_mode(handler.client, identity, report))
     try:
         yield
     finally:

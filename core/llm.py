@@ -19,8 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import openai
-
 from core.errors import (
     EmbeddingError,
     ModelError,
@@ -30,6 +28,7 @@ from core.errors import (
     ModelUnavailable,
     WrongDimension,
 )
+from core.openai_package import openai
 from core.ports import Completion, ToolCall
 from core.wire.answers import calls_in_text, read_content
 from core.wire.health import WireHealth

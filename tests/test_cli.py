@@ -34,6 +34,18 @@ def assert_one_line_error(run: Run) -> str:
     return line
 
 
+async def test_a_piped_chat_exits_once_its_messages_have_their_vectors(fake, pg_url, schema):
+    """A piped chat waits for the vectors of what it said before it exits, so a script's
+    last message is found by meaning at once, not only when a later process embeds it."""
+    env = cli_env(fake, pg_url, schema)
+    said = "the lighthouse keeper paints the stairs blue every spring"
+    run = await run_cli(env, "chat", stdin=said + "\n")
+    assert run.code == 0, run
+    inputs = [body["input"] for body in fake.embedding_requests]
+    embedded = [text for given in inputs for text in ([given] if isinstance(given, str) else given)]
+    assert said in embedded, embedded
+
+
 async def export(env: dict, tenant: str, user: str) -> dict:
     run = await run_cli(env, "export", "--tenant", tenant, "--user", user)
     assert run.code == 0, run

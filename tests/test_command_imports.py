@@ -20,9 +20,11 @@ import pytest
 from tests.conftest import ROOT, cli_env, companion
 from tests.test_run import free_port
 
-# Runs `bot.cli.main` with stdout and stderr noting, at the first write to either, every
-# module loaded so far (into the file named by the first argument).
+# Runs `bot.cli.main` with stdout and stderr noting, at the first write to either (the
+# first holding NOTE_AT when it is set), every module loaded so far (into the file named by
+# the first argument).
 FIRST_LINE = """
+import os
 import sys
 
 class Noting:
@@ -31,7 +33,7 @@ class Noting:
 
     def write(self, text):
         global noted
-        if text and not noted:
+        if text and not noted and os.environ.get("NOTE_AT", "") in text:
             noted = True
             with open(sys.argv[1], "w") as file:
                 file.write("\\n".join(sorted(sys.modules)))
@@ -53,9 +55,13 @@ EMBEDDING_MODEL = ("onnxruntime", "numpy", "tokenizers")
 NEVER_QUICK = (*PLATFORMS, *MODEL, *TURN, *EMBEDDING_MODEL, "prometheus_client", "alembic")
 
 
-async def loaded_at_first_line(env: dict, scratch: Path, *args: str) -> tuple[set[str], str]:
-    """(the modules loaded when `companion ARGS` wrote its first line, everything it wrote)."""
-    noted = scratch / f"{'-'.join(args).replace('/', '_')}.modules"
+async def loaded_at_first_line(
+    env: dict, scratch: Path, *args: str, at: str = ""
+) -> tuple[set[str], str]:
+    """(the modules loaded when `companion ARGS` wrote its first line, or its first line
+    holding `at`; everything it wrote)."""
+    noted = scratch / f"{'-'.join(args).replace('/', '_')}{at.replace(' ', '_')}.modules"
+    env = {**env, "NOTE_AT": at}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
@@ -69,8 +75,8 @@ async def loaded_at_first_line(env: dict, scratch: Path, *args: str) -> tuple[se
         cwd=ROOT,
     )
     assert proc.stdout is not None
-    if args[0] == "web":  # a server: its first line, then it is stopped
-        said = await asyncio.wait_for(proc.stdout.readline(), 60)
+    if args[0] == "web":  # a server: until it is ready, then it is stopped
+        said = await asyncio.wait_for(proc.stdout.readuntil(b", links to "), 60)
         proc.send_signal(signal.SIGTERM)
         said += await asyncio.wait_for(proc.stdout.read(), 30)
     else:
@@ -115,8 +121,13 @@ async def test_the_quick_commands_load_no_client_no_turn_no_model(env, tmp_path)
     assert not wrong, wrong
 
 
-async def test_the_inspector_starts_without_the_engine_or_the_model(env, tmp_path):
+async def test_the_inspector_says_it_is_starting_then_serves_without_the_engine(env, tmp_path):
+    """Its first line comes before the database and the pages' imports (most of a second);
+    when it serves, it has loaded neither the engine nor the model."""
     modules, said = await loaded_at_first_line(env, tmp_path, "web")
+    assert "starting the memory inspector on 127.0.0.1" in said.splitlines()[0], said
+    assert not heavy(modules, ("aiohttp", "sqlalchemy", "bot.web", "bot.app"))
+    modules, said = await loaded_at_first_line(env, tmp_path, "web", at=", links to ")
     assert "inspector on 127.0.0.1" in said and "stopped" in said
     assert "aiohttp" in modules and "bot.web" in modules
     assert not heavy(modules, (*PLATFORMS, *MODEL, *TURN, *EMBEDDING_MODEL))
@@ -127,3 +138,23 @@ async def test_the_doctor_says_its_first_line_before_the_checks_imports(env, tmp
     assert said.startswith("ok   settings: the environment parses\n")
     assert said.strip().splitlines()[-1].startswith("doctor: ")
     assert not heavy(modules, (*PLATFORMS, *MODEL, *TURN, "aiohttp", "sqlalchemy"))
+
+
+async def test_the_model_client_comes_without_aiohttp(tmp_path):
+    """openai would import its aiohttp transport (a tenth of a second of a chat's first turn
+    and of the doctor) although Companion's clients speak httpx: `core.openai_package`."""
+    code = (
+        "import sys\n"
+        "from core.llm import OpenAIChat\n"
+        "from core.openai_package import openai\n"
+        "openai.AsyncOpenAI(api_key='test', base_url='http://127.0.0.1:9/v1')\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    modules = set(out.decode().split())
+    assert "openai" in modules and "httpx2" in modules
+    assert not heavy(modules, ("aiohttp",))

@@ -156,7 +156,9 @@ async def test_conversation_search_leaves_names_out_and_shows_pages_and_dates(
     await talk(engine, scope, "what did I plant?")
 
     asked = [r["input"] for r in fake.embedding_requests]
-    assert asked == [["tulips"], ["tulips"]]  # the member's and the agent's names left out
+    # the member's and the agent's names left out; a possessive is English, so its meaning
+    # is what the member would have said
+    assert asked == [["my tulips"], ["tulips"]]
     first, second = (shown_results(r)[0] for r in fake.chat_requests[1:3])
     assert re.match(r"Showing messages: page 1 of \d+ \((the best 10 of )?\d+ results\)\.", first)
     assert second.startswith("Showing messages: page 2 of ")

@@ -3,6 +3,7 @@ of a query, and the speaker a query names."""
 
 from core.memory.ranking import (
     agent_name,
+    as_said_by,
     clean_query,
     close_enough,
     fuse,
@@ -61,6 +62,30 @@ def test_a_query_naming_both_or_neither_prefers_no_side():
     assert named_speaker("Carolines", "Caroline", "Melanie") is None  # another word
     assert named_speaker("Ann", None, None) is None
     assert named_speaker("Sam's plan", "Sam", "Sam") is None  # the same name: no side
+
+
+def test_an_english_query_is_embedded_in_the_words_of_the_person_it_names():
+    assert as_said_by("What did Caroline research?", "Caroline") == "What did I research?"
+    assert as_said_by("When did Melanie's kids visit her?", "Melanie") == (
+        "When did my kids visit me?"
+    )
+    assert as_said_by("What does Nate like about his dog?", "Nate") == (
+        "What do I like about my dog?"
+    )
+    assert as_said_by("Does Evan like her cooking?", "Evan") == "Do I like my cooking?"
+    assert as_said_by("Ana's tulips", "Ana") == "my tulips"  # a possessive is English
+    assert as_said_by("What is Ann Smith planning?", "Ann Smith") == "What am I planning?"
+    assert as_said_by("Ann Smith's new job", "Ann Smith") == "my new job"
+
+
+def test_a_query_in_another_language_or_naming_no_one_is_embedded_as_it_is():
+    assert as_said_by("¿Qué dijo Ana sobre su perro?", "Ana") is None
+    assert as_said_by("Was hat Ana über ihren Hund gesagt?", "Ana") is None
+    assert as_said_by("Ana tulips", "Ana") is None  # no English word to go by
+    assert as_said_by("What did she give her mom?", None) is None
+    assert as_said_by("Who is Caroline?", "Caroline") is not None
+    assert as_said_by("Caroline's?", "Caroline") is None  # nothing but the person
+    assert as_said_by("What did Anaheim host?", "Ana") is None  # another word
 
 
 def test_a_vector_counts_as_a_result_only_near_the_query_and_near_the_best():

@@ -102,12 +102,14 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
         _, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err
-    # One line per event, at the default INFO: it listens, it stops, it stopped.
+    # One line per event, at the default INFO: it is starting (before the database and the
+    # pages' imports), it listens, it stops, it stopped.
     said = [json.loads(line)["message"] for line in err.decode().splitlines()]
     ops = [s for s in said if s.startswith("operations (/readyz, /metrics) on 127.0.0.1:")]
     said = [s for s in said if s not in ops]
     assert len(ops) == 1, ops  # the details on their own listener, said once
-    assert said[0].startswith(f"inspector on 127.0.0.1:{port}, links to ") and said[1:] == [
+    assert said[0] == f"starting the memory inspector on 127.0.0.1:{port} (database, pages)..."
+    assert said[1].startswith(f"inspector on 127.0.0.1:{port}, links to ") and said[2:] == [
         "stopping",
         "stopped",
     ], said

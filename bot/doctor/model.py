@@ -10,14 +10,13 @@ it should call says so.
 
 from __future__ import annotations
 
-import openai
-
 from bot.doctor.results import TIMEOUT, Result, fail, ok, warn
 from bot.doctor.results import why as _why
 from bot.log_filters import redact
 from bot.settings import Settings
 from core.errors import CompanionError, ModelError, ModelSetupError
 from core.llm import OpenAIChat
+from core.openai_package import openai
 from core.wire.health import TOOLS_FIX
 
 OPENAI_URL = "https://api.openai.com/v1"

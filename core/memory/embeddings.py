@@ -5,8 +5,9 @@
     closeness_of(embedder)              how near a vector-only hit must be to count, for its model
     embed_missing(sessions, embedder)   one pass: every message and passage without a vector
     EmbeddingWorker(sessions, embedder) runs passes in the background of the engine's process:
-                                        at start (the catch-up), when `wake()` is called after
-                                        a turn commits, and every `interval` seconds
+                                        at start (the catch-up; a terminal chat's after its
+                                        first turn), when `wake()` is called after a turn
+                                        commits, and every `interval` seconds
     MESSAGE_VECTORS, PASSAGE_VECTORS    where each kind keeps its vectors (`Vectors`): the
                                         statements that read a batch and store a vector,
                                         shared with `companion reembed`
@@ -23,6 +24,7 @@ advisory lock); the others skip the pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,6 +162,7 @@ class EmbeddingWorker:
         self.embedded = 0  # since start, by this process
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
+        self._hurry = asyncio.Event()  # someone waits for the vectors: no gathering
         self._task: asyncio.Task[None] | None = None
 
     def wake(self) -> None:
@@ -168,7 +171,9 @@ class EmbeddingWorker:
         self._wake.set()
 
     async def settled(self) -> None:
-        """Return once a pass has run with nothing asked of it since (for tests, eval)."""
+        """Return once a pass has run with nothing asked of it since (for tests, eval, and a
+        piped chat before it exits): the passes meanwhile gather nothing."""
+        self._hurry.set()
         self.wake()
         await self._idle.wait()
 
@@ -189,7 +194,9 @@ class EmbeddingWorker:
         self.embedded += count
         return count
 
-    async def _loop(self) -> None:
+    async def _loop(self, held: bool) -> None:
+        if held:  # the first pass waits for the first wake-up (or the interval)
+            await self._woken_or_interval()
         while True:
             self._wake.clear()
             count = 0
@@ -201,23 +208,32 @@ class EmbeddingWorker:
                 log.exception("embedding pass failed; the next one retries")
             if not self._wake.is_set():
                 self._idle.set()
+                self._hurry.clear()
             if 0 < count < self.batch:
                 # Rows are coming: let the next pass gather a batch. A model costs far more
                 # a text one at a time than in batches (MiniLM here: 6.8 ms a text alone,
                 # 4.3 in eights), and a pass has statements of its own. Until its vector
                 # exists a message is found by its words.
-                await asyncio.sleep(self.gather)
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
-            # that arrives just as the wake-up does, and closing the app waited forever.
-            try:
-                async with asyncio.timeout(self.interval):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+                with contextlib.suppress(TimeoutError):  # unless `settled` is waiting
+                    async with asyncio.timeout(self.gather):
+                        await self._hurry.wait()
+            await self._woken_or_interval()
 
-    def start(self) -> None:
-        """Run the passes in a task of the running loop, until `__aexit__` cancels it."""
-        self._task = asyncio.create_task(self._loop(), name="embedding-worker")
+    async def _woken_or_interval(self) -> None:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation
+        # that arrives just as the wake-up does, and closing the app waited forever.
+        try:
+            async with asyncio.timeout(self.interval):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    def start(self, held: bool = False) -> None:
+        """Run the passes in a task of the running loop, until `__aexit__` cancels it: the
+        first (the catch-up) at once, or, `held`, at the first `wake()` (or after
+        `interval`), so that it does not compete with what the process does first (a
+        chat's first turn: loading the model is most of a second of CPU)."""
+        self._task = asyncio.create_task(self._loop(held), name="embedding-worker")
 
     async def __aenter__(self) -> EmbeddingWorker:
         self.start()

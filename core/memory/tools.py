@@ -22,7 +22,7 @@ from core.events import MAX_EVENT_CHARS
 from core.memory.dates import days_named
 from core.memory.embeddings import closeness_of, query_vector
 from core.memory.prompt import for_member
-from core.memory.ranking import clean_query, named_speaker
+from core.memory.ranking import as_said_by, clean_query, named_speaker
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore, write_block
 from core.models import Block
@@ -236,7 +236,11 @@ async def find_messages(ctx: ToolContext, query: str, page: int = 1) -> tuple[Pa
     """What `conversation_search` finds: the page, and a note when meaning was not used."""
     cleaned = clean_query(query, ctx.names)
     speaker = named_speaker(query, ctx.member_name, ctx.agent_name)
-    embedding, note = await _query_vector(ctx, cleaned)
+    # the meaning of what the named person would have said ("what did I research?"),
+    # the key words of the query without names
+    named = {"user": ctx.member_name, "assistant": ctx.agent_name}.get(speaker or "")
+    meaning = as_said_by(query, named) or cleaned
+    embedding, note = await _query_vector(ctx, meaning)
     store = ctx.store
     size = ctx.config.page_size
     found = await recall_search(
