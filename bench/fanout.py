@@ -55,19 +55,19 @@ from bench.common import (
 from bench.load import echo_brain
 from bench.slack_http import (
     EMBEDDER_TEXT,
-    EMBEDDERS,
-    ROOT,
     Replies,
     ack_buckets,
     ack_rows,
     companion_env,
+    companion_run,
     cpu_seconds,
     envelope,
     free_port,
+    served_database,
     server_options,
     wait_listening,
 )
-from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
+from bot.database import make_engine
 from tests.fake_openai import FakeOpenAI
 from tests.fake_slack import FakeSlack, signed
 
@@ -112,11 +112,7 @@ async def post(http: aiohttp.ClientSession, url: str, user: str, n: int) -> floa
 
 
 async def run(args: argparse.Namespace, data_dir: Path) -> None:
-    async with embedded_postgres(data_dir / "pg") as admin_url:
-        url = await serve_as_app_role(admin_url)
-        engine = make_engine(url, pool_size=1)
-        await migrate(engine, EMBEDDERS[args.embedder])
-        await engine.dispose()
+    async with served_database(data_dir, args.embedder) as (url, admin_url):
         watcher = make_engine(admin_url, pool_size=1)
         model, replies, port = SlowModel(), Replies(), free_port()
         args.ops_port = free_port()
@@ -127,26 +123,11 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
                 api.add_user(user)
             env = companion_env(url, fake, api, port, args)
             env["COMPANION_MODEL_CONCURRENCY"] = str(args.concurrency)
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "bot.cli",
-                "run",
-                env=env,
-                cwd=ROOT,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            failed = True
             try:
-                await measure(args, proc, port, replies, model, api, members, watcher)
-                failed = False
+                async with companion_run(env) as proc:
+                    await measure(args, proc, port, replies, model, api, members, watcher)
             finally:
-                proc.terminate()
-                _, err = await proc.communicate()
                 await watcher.dispose()
-                if failed or proc.returncode not in (0, -15):
-                    print(err.decode()[-5000:], file=sys.stderr)
             if args.count_sql:
                 rows = sql_counts(args.count_sql, args.members)
                 print(table(["SQL of the timed run (companion run)", ""], rows))

@@ -36,13 +36,13 @@ from bench.fanout import post
 from bench.load import echo_brain
 from bench.slack_http import (
     EMBEDDERS,
-    ROOT,
     TAG,
     companion_env,
+    companion_run,
     free_port,
+    served_database,
     wait_listening,
 )
-from bot.database import embedded_postgres, make_engine, migrate, serve_as_app_role
 from core.runtime.apologies import WAITING_NOTICE
 from tests.fake_openai import FakeOpenAI
 from tests.fake_slack import FakeSlack
@@ -76,34 +76,14 @@ async def until(done: Any, seconds: float) -> None:
 
 
 async def run(args: argparse.Namespace, data_dir: Path) -> int:
-    async with embedded_postgres(data_dir / "pg") as admin_url:
-        url = await serve_as_app_role(admin_url)
-        engine = make_engine(url, pool_size=1)
-        await migrate(engine, EMBEDDERS[args.embedder])
-        await engine.dispose()
+    async with served_database(data_dir, args.embedder) as (url, _):
         port, args.ops_port = free_port(), free_port()
         async with FakeOpenAI(echo_brain, embedding_dim=16) as fake, FakeSlack() as api:
             members = [f"U{a:05d}" for a in range(args.members)]
             for user in members:
                 api.add_user(user)
-            env = companion_env(url, fake, api, port, args)
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "bot.cli",
-                "run",
-                env=env,
-                cwd=ROOT,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            try:
+            async with companion_run(companion_env(url, fake, api, port, args)) as proc:
                 return await measure(args, proc, port, fake, api, members)
-            finally:
-                proc.terminate()
-                _, err = await proc.communicate()
-                if proc.returncode not in (0, -15):
-                    print(err.decode()[-5000:], file=sys.stderr)
 
 
 async def measure(

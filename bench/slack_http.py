@@ -45,7 +45,8 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -296,12 +297,47 @@ def companion_env(url: str, fake: FakeOpenAI, api: FakeSlack, port: int, args: A
     return env
 
 
-async def run(args: argparse.Namespace, data_dir: Path) -> None:
+@asynccontextmanager
+async def served_database(data_dir: Path, embedder: str) -> AsyncIterator[tuple[str, str]]:
+    """An embedded Postgres in `data_dir`, migrated for `embedder`: (the URL `companion run`
+    connects with, as the app's role; the superuser's URL)."""
     async with embedded_postgres(data_dir / "pg") as admin_url:
         url = await serve_as_app_role(admin_url)
         engine = make_engine(url, pool_size=1)
-        await migrate(engine, EMBEDDERS[args.embedder])
+        await migrate(engine, EMBEDDERS[embedder])
         await engine.dispose()
+        yield url, admin_url
+
+
+@asynccontextmanager
+async def companion_run(env: dict[str, str], *python: str) -> AsyncIterator[Any]:
+    """`companion run` in a process of its own with `env` (`python`: the interpreter's own
+    options, e.g. a profiler), terminated at the end; its stderr is printed when it failed
+    or the bench did."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *python,
+        "-m",
+        "bot.cli",
+        "run",
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    failed = True
+    try:
+        yield proc
+        failed = False
+    finally:
+        proc.terminate()
+        _, err = await proc.communicate()
+        if failed or proc.returncode not in (0, -15):
+            print(err.decode()[-5000:], file=sys.stderr)
+
+
+async def run(args: argparse.Namespace, data_dir: Path) -> None:
+    async with served_database(data_dir, args.embedder) as (url, admin_url):
         replies = Replies()
         port = free_port()
         args.ops_port = free_port()
@@ -311,24 +347,9 @@ async def run(args: argparse.Namespace, data_dir: Path) -> None:
             for a in range(args.agents):
                 api.add_user(f"U{a:04d}")
             profile = ["-m", "cProfile", "-o", args.profile] if args.profile else []
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                *profile,
-                "-m",
-                "bot.cli",
-                "run",
-                env=companion_env(url, fake, api, port, args),
-                cwd=ROOT,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
-            try:
+            env = companion_env(url, fake, api, port, args)
+            async with companion_run(env, *profile) as proc:
                 n = await measure(args, proc, port, replies, data_dir, fake, brain, admin_url)
-            finally:
-                proc.terminate()
-                _, err = await proc.communicate()
-                if proc.returncode not in (0, -15):
-                    print(err.decode()[-3000:], file=sys.stderr)
             if args.count_sql:
                 rows = sql_counts(args.count_sql, n)
                 print(table(["SQL of the timed run (companion run)", ""], rows))
