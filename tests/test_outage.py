@@ -11,6 +11,7 @@ Bolt app, the real openai client and the fake endpoint's outage.
 
 from __future__ import annotations
 
+import asyncio
 import io
 from datetime import timedelta
 
@@ -21,6 +22,7 @@ from adapters.slack.events import one_workspace
 from adapters.slack.posting import SlackOutlets
 from bot.chat import run_chat
 from bot.observability import PrometheusMetrics
+from bot.run import RESUME_AT_ONCE
 from core.config import EngineConfig
 from core.events import EventKind, EventStatus, InboundEvent
 from core.models import Event
@@ -34,7 +36,7 @@ async def backlog(engine, slack, platforms) -> None:
     """What `companion run` does every few seconds: resume, then deliver at once (through
     the engine's `platforms`, which serve Slack)."""
     platforms.add("slack", SlackOutlets(one_workspace(slack.app.client)))
-    if await engine.resume():
+    if await engine.resume(at_once=RESUME_AT_ONCE):
         await engine.outbox.redeliver(timedelta(0))
 
 
@@ -74,6 +76,27 @@ async def test_a_member_who_writes_during_an_outage_is_answered_after_it_in_orde
         assert texts(slack)[5:] == [WAITING_NOTICE]
         await backlog(engine, slack, platforms)  # no probe due yet: nothing asked, nothing sent
         assert fake.down_calls == 3 and texts(slack)[6:] == []
+
+
+async def test_once_the_probe_finds_the_model_back_every_member_is_answered_in_that_pass(
+    engine, platforms, members, fake, clock
+):
+    async def slow(body):  # the probe is still on its way when the others would call
+        await asyncio.sleep(0.3)
+        return default_brain(body)
+
+    fake.brain = slow
+    async with slack_rig(Services(engine, members), users=("U1", "U2", "U3")) as slack:
+        fake.down = 503
+        for user in ("U1", "U2", "U3"):
+            await slack.dispatch(slack_message(user=user, channel=f"D{user[1]}", text=user))
+        assert texts(slack) == [WAITING_NOTICE] * 3
+
+        fake.down = None
+        clock.advance(seconds=LONGEST_WAIT)  # a probe is due, and the endpoint is back
+        await backlog(engine, slack, platforms)  # one pass of the run loop
+        answers = {post["channel"]: post["text"] for post in slack.posted()[3:]}
+        assert answers == {"D1": "You said: U1", "D2": "You said: U2", "D3": "You said: U3"}
 
 
 async def test_metrics_count_what_waits_for_the_model(engine, members, fake, sessions):

@@ -372,7 +372,7 @@ class Engine:
         """Drain every agent that has pending events (after a crash or restart, or while
         the model is down), `at_once` agents side by side, the longest waiting first;
         returns how many agents had some. While the model is down, until its next probe is
-        due, nothing is drained."""
+        due, nothing is drained; once the probe finds it back, everyone is."""
         await self.release_stale()
         outage = self.mind.health.outage
         if not outage.due():
@@ -396,5 +396,10 @@ class Engine:
                 except CompanionError:
                     log.exception("could not resume agent %s", scope.agent_id)
 
-        await asyncio.gather(*(resume_one(scope) for scope in scopes))
+        waiting = list(scopes)
+        # A down endpoint: one agent at a time, the longest waiting first, until one's turn
+        # (the probe) finds it back; then the rest side by side, in this same pass.
+        while waiting and outage.down_since is not None and outage.due():
+            await resume_one(waiting.pop(0))
+        await asyncio.gather(*(resume_one(scope) for scope in waiting))
         return len(scopes)
