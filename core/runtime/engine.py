@@ -10,8 +10,8 @@
     converse(scope, text)  submit + answer: what a chat front end wants
     store_file(scope, f)   a shared file into archival memory, with its user-action event
     upload(scope, file)    store_file + answer
-    resume()               after a restart, drain every agent with pending events (and
-                           release events held longer than HOLD_LIMIT)
+    resume()               after a restart or an outage, drain every agent with pending
+                           events (and release events held longer than HOLD_LIMIT)
     embeddings.wake()      after each commit: messages get vectors in the background
     (`engine.pictures` looks at shared pictures; deliver, redeliver, take_replies, ... come
     from `engine.outbox`, which reaches members outside a live handler through
@@ -361,18 +361,16 @@ class Engine:
                 )
                 .with_for_update(skip_locked=True)
             )
-            count = 0
-            for event in held:
+            released = held.all()
+            for event in released:
                 names = (event.payload.get("meta") or {}).get("files") or ["files"]
                 self._unhold(event, UNREAD_FILES.format(names=", ".join(names)))
-                count += 1
-            return count
+            return len(released)
 
     async def resume(self, at_once: int = 1) -> int:
-        """Drain every agent that has pending events (after a crash or restart, or while
-        the model is down), `at_once` agents side by side, the longest waiting first;
-        returns how many agents had some. While the model is down, until its next probe is
-        due, nothing is drained; once the probe finds it back, everyone is."""
+        """Drain every agent with pending events (after a restart, or an outage), `at_once`
+        side by side, the longest waiting first; returns how many had some. A down model:
+        nothing until its probe is due, then one at a time until a turn finds it back."""
         await self.release_stale()
         outage = self.mind.health.outage
         if not outage.due():
@@ -389,17 +387,14 @@ class Engine:
 
         async def resume_one(scope: Scope) -> None:
             async with slots:
-                if not outage.due():  # it went down meanwhile: the rest wait with it
-                    return
                 try:
-                    await self.drain(scope)
+                    if outage.due():  # else it went down meanwhile: the rest wait with it
+                        await self.drain(scope)
                 except CompanionError:
                     log.exception("could not resume agent %s", scope.agent_id)
 
         waiting = list(scopes)
-        # A down endpoint: one agent at a time, the longest waiting first, until one's turn
-        # (the probe) finds it back; then the rest side by side, in this same pass.
-        while waiting and outage.down_since is not None and outage.due():
+        while waiting and outage.down_since is not None and outage.due():  # probe by probe
             await resume_one(waiting.pop(0))
         await asyncio.gather(*(resume_one(scope) for scope in waiting))
         return len(scopes)
