@@ -17,17 +17,18 @@ PIP_OWN_INDEX = { $(PY) -m pip config list 2>/dev/null; env; } | grep -i -E >/de
 	'(index-url|find-links)|^PIP_(INDEX_URL|EXTRA_INDEX_URL|FIND_LINKS)='
 
 # What `companion` needs to run, nothing more (the test tools are the next target), installed
-# by uv, which resolves and fetches the 66 packages at once: 9 s here against pip's 45-55 s,
+# by uv, which resolves and fetches the 67 packages at once: 9 s here against pip's 45-55 s,
 # one package after the other (pip's cache empty). uv itself is fetched first, with pip, into
-# $(VENV)/uv, beside the packages and not one of them (4 s). pip installs instead where it
+# $(VENV)/uv, beside the packages and not one of them (4 s, once). pip installs instead where it
 # has an index of its own (above), or when uv fails. Both say what they fetch and install,
 # so a first install is never silent. Neither compiles the packages up front: Python
 # compiles what a command imports when it first runs (that was half of pip's time).
 $(BIN)/companion: pyproject.toml
 	@echo "Installing Companion and what it needs to run into $(VENV) (under a minute the first time)..."
 	@$(PY) -m venv --without-pip $(VENV)
-	@if ! $(PIP_OWN_INDEX) && $(PY) -m pip install --disable-pip-version-check --progress-bar on \
-		--no-compile --target $(VENV)/uv uv && $(VENV)/uv/bin/uv pip install --python $(BIN)/python -e .; \
+	@if ! $(PIP_OWN_INDEX) && { [ -x $(VENV)/uv/bin/uv ] || $(PY) -m pip install \
+		--disable-pip-version-check --progress-bar on --no-compile --target $(VENV)/uv uv; } && \
+		$(VENV)/uv/bin/uv pip install --python $(BIN)/python -e .; \
 	then :; else \
 		$(VENV_PIP); $$pip install --disable-pip-version-check --progress-bar on --no-compile -e .; \
 	fi
