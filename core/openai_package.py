@@ -29,7 +29,9 @@ DEFERRED = ("openai.types", "openai.types.responses")
 
 class Deferred(types.ModuleType):
     """A package whose `__init__` runs at the first name asked of it that is not one of its
-    modules (already imported, or importable by that name)."""
+    modules (already imported, or importable by that name). Companion asks them of one
+    thread (its event loop's, where the client runs): a name asked from a second thread while
+    the first runs the `__init__` could be missed."""
 
     def __init__(self, name: str, directory: Path) -> None:
         super().__init__(name)
@@ -42,7 +44,7 @@ class Deferred(types.ModuleType):
         self._companion_ran = False
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") and name != "__all__":  # `from openai.types import *`
             raise AttributeError(name)
         if not self.__dict__["_companion_ran"]:
             self.__dict__["_companion_ran"] = True
