@@ -16,6 +16,9 @@ the row below it is the time from the message to the reply. `--against OTHER` (a
 checkout's `companion`, e.g. a script running `python -m bot.cli` there) runs each command
 with it too, alternately, on the same database: a row `  against` under each, measured
 in the same moments, so that other work on the machine weighs on both alike.
+`chat (piped, stderr a tty)` is `echo hello | companion chat` typed at a terminal: stdout
+piped, stderr a pseudo-terminal, where a piped chat says what it is doing until its first
+reply; the row below it is the time to that reply.
 CPU is the process's own user + system time (and its children's: pg_ctl when it starts
 the server), which other work on the machine inflates less than wall time. The targets
 (issue 31): first line within 1 s, done within 2 s.
@@ -50,6 +53,7 @@ def commands(scratch: Path) -> list[tuple[str, list[str], str]]:
         ("--version", ["--version"], ""),
         ("--help", ["--help"], ""),
         ("chat (piped, 1 message)", ["chat", "--user", "ana"], "hello\n"),
+        (TTY_STDERR, ["chat", "--user", "ana"], "hello\n"),
         ("export", ["export", "--tenant", "local", "--user", "ana", "-o", export], ""),
         (
             "import --replace",
@@ -71,45 +75,72 @@ def commands(scratch: Path) -> list[tuple[str, list[str], str]]:
 
 
 async def timed(
-    companion: str, args: list[str], stdin: str, env: dict
-) -> tuple[float, float, int, float]:
-    """(seconds to the first output, seconds to exit, exit status, CPU seconds it used)."""
+    companion: str, args: list[str], stdin: str, env: dict, tty_stderr: bool = False
+) -> tuple[float, float, int, float, float]:
+    """(seconds to the first output, seconds to exit, exit status, CPU seconds it used,
+    seconds to the first output on stdout); `tty_stderr`: stderr is a terminal."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    main, secondary = pty.openpty() if tty_stderr else (-1, -1)
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         companion,
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
+        stderr=secondary if tty_stderr else asyncio.subprocess.PIPE,
+        env={**env, "TERM": "xterm"} if tty_stderr else env,
     )
     first: float | None = None
+    on_stdout: float | None = None
     ready = READY.get(args[0])
     serving: float | None = None
 
-    async def watch(stream: asyncio.StreamReader) -> None:
-        nonlocal first, serving
+    def note(chunk: bytes, seen: bytes, stdout: bool) -> bytes:
+        nonlocal first, serving, on_stdout
+        first = first if first is not None else time.perf_counter() - started
+        if stdout and on_stdout is None:
+            on_stdout = time.perf_counter() - started
+        seen = seen[-200:] + chunk
+        if ready and serving is None and ready in seen:
+            serving = time.perf_counter() - started
+            proc.send_signal(signal.SIGTERM)
+        return seen
+
+    async def watch(stream: asyncio.StreamReader, stdout: bool = False) -> None:
         seen = b""
         while chunk := await stream.read(4096):
-            first = first if first is not None else time.perf_counter() - started
-            seen = seen[-200:] + chunk
-            if ready and serving is None and ready in seen:
-                serving = time.perf_counter() - started
-                proc.send_signal(signal.SIGTERM)
+            seen = note(chunk, seen, stdout)
 
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    async def watch_terminal() -> None:
+        os.close(secondary)
+        seen, loop = b"", asyncio.get_running_loop()
+        while True:
+            try:
+                chunk = await loop.run_in_executor(None, os.read, main, 4096)
+            except OSError:  # the other side is closed
+                break
+            if not chunk:
+                break
+            seen = note(chunk, seen, False)
+        os.close(main)
+
+    assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(stdin.encode())
     proc.stdin.close()
-    await asyncio.gather(watch(proc.stdout), watch(proc.stderr))
+    assert tty_stderr or proc.stderr is not None
+    errors = watch_terminal() if tty_stderr else watch(proc.stderr)  # type: ignore[arg-type]
+    await asyncio.gather(watch(proc.stdout, stdout=True), errors)
     code = await proc.wait()
     done = serving or time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return (first if first is not None else done), done, code, cpu
+    first_out = on_stdout if on_stdout is not None else done
+    return (first if first is not None else done), done, code, cpu, first_out
 
 
 READY = {"web": b", links to "}  # a server's line saying it serves: its "done"
+# `echo hello | companion chat` typed at a terminal: stdout piped, stderr the terminal.
+TTY_STDERR = "chat (piped, stderr a tty)"
 
 
 TYPING = 3.0  # seconds the member takes to type the first message, in the terminal chat
@@ -201,18 +232,21 @@ async def every_command(
     which = [args.companion, *([args.against] if args.against else [])]
     for label, argv, stdin in listed:
         runs: dict[str, list[tuple]] = {exe: [] for exe in which}
+        tty = label == TTY_STDERR
         for exe in which:
-            await timed(exe, argv, stdin, env)  # warm it (and its data)
+            await timed(exe, argv, stdin, env, tty)  # warm it (and its data)
         for _ in range(args.runs):
             for exe in which:
-                runs[exe].append(await timed(exe, argv, stdin, env))
+                runs[exe].append(await timed(exe, argv, stdin, env, tty))
         for exe, got in runs.items():
             first, done = median(got, 0), median(got, 1)
             name = label if exe == args.companion else "  against"
             print(row(name, first, done, median(got, 3), {r[2] for r in got}))
+            if tty:
+                print(f"{'  first reply (stdout)':<26} {median(got, 4):>9.2f}s")
             if argv[0] not in ("--version", "--help") and exe == args.companion:
                 worst_first, worst_done = max(worst_first, first), max(worst_done, done)
-        if label.startswith("chat"):  # and as a person chats: on a terminal
+        if label == TTY_STDERR:  # and as a person chats: on a terminal
             chats: dict[str, list[tuple]] = {exe: [] for exe in which}
             for exe in which:
                 await timed_terminal(exe, env)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from bot import idle_stop
 from bot.log_filters import redact
 from bot.observability import configure_logging, log_options
+from bot.progress import Starting
 from bot.settings import Settings
 from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
 
@@ -37,9 +38,8 @@ async def _chat(app: App, args: argparse.Namespace) -> int:
     from bot.chat import banner, run_chat
 
     user = args.user or getpass.getuser()
-    if sys.stdin.isatty():  # interactive: the banner before the engine's imports
-        clear = "\r\033[K" if sys.stdout.isatty() else ""  # the "starting" line goes
-        sys.stdout.write(clear + banner(args.tenant, user))
+    if sys.stdin.isatty():  # interactive: the banner (erasing the "starting" line) first
+        sys.stdout.write(banner(args.tenant, user))
         sys.stdout.flush()
     return await run_chat(
         app.engine, app.members, args.tenant, user, args.verbose, sys.stdin, sys.stdout
@@ -264,11 +264,11 @@ COMMANDS = {
 async def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "usage":
         return await _usage(settings, args)
-    if args.command == "chat" and _terminal():
-        # What it is doing, before the imports: the embedded database can take a few
-        # seconds to start the first time.
-        sys.stdout.write("\033[2mstarting Companion (database, model)...\033[0m\r")
-        sys.stdout.flush()
+    if args.command == "chat" and (_terminal() or not sys.stdin.isatty()):
+        # What it is doing, before the imports (a new embedded database takes seconds); piped,
+        # on stderr and only on a terminal, erased by the first reply (bot.progress.Starting)
+        stream = sys.stdout if sys.stdin.isatty() else sys.stderr
+        Starting(stream, "starting Companion (database, model)...")
     if args.command == "web":  # as above: the database and the pages take most of a second
         said = f"starting the memory inspector on {settings.http_host}:{settings.http_port}"
         logging.getLogger("bot.web.serve").info("%s (database, pages)...", said)

@@ -13,12 +13,14 @@ import builtins
 import getpass
 import io
 import json
+import os
+import pty
 
 import pytest
 
 from bot.chat import BOLD, CYAN, HELP, RESET, run_chat
 from core.runtime.apologies import WAITING_NOTICE
-from tests.conftest import Run, cli_env, run_cli
+from tests.conftest import COMPANION, ROOT, Run, cli_env, run_cli
 from tests.fake_openai import last
 
 NOTHING_KNOWN = "Nothing known yet about this person."
@@ -44,6 +46,41 @@ async def test_a_piped_chat_exits_once_its_messages_have_their_vectors(fake, pg_
     inputs = [body["input"] for body in fake.embedding_requests]
     embedded = [text for given in inputs for text in ([given] if isinstance(given, str) else given)]
     assert said in embedded, embedded
+
+
+async def test_a_piped_chat_on_a_terminal_says_it_is_starting_until_its_first_reply(
+    fake, pg_url, schema
+):
+    """`echo hello | companion chat` typed at a terminal: stdout is the replies alone;
+    stderr, the terminal, says what it is doing until the first reply, which erases it, so
+    nothing of it is left. Where stderr is no terminal (a script, cron) it says nothing
+    there: the other tests."""
+    env = {**cli_env(fake, pg_url, schema), "TERM": "xterm"}
+    main, secondary = pty.openpty()
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        "chat",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=secondary,
+        env=env,
+        cwd=ROOT,
+    )
+    os.close(secondary)
+    out, _ = await asyncio.wait_for(proc.communicate(b"hello\n"), 60)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # the terminal's other side is closed: all of it was read
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(main)
+    assert proc.returncode == 0, err
+    assert out == b"You said: hello\n"
+    assert err == b"\x1b[2mstarting Companion (database, model)...\x1b[0m\r\r\x1b[K", err
 
 
 async def export(env: dict, tenant: str, user: str) -> dict:

@@ -158,3 +158,33 @@ async def test_the_model_client_comes_without_aiohttp(tmp_path):
     modules = set(out.decode().split())
     assert "openai" in modules and "httpx2" in modules
     assert not heavy(modules, ("aiohttp",))
+
+
+async def test_a_chat_completion_loads_few_of_the_model_clients_types(fake):
+    """`openai` imports every type it defines at once (the Responses API, evals, graders...;
+    0.2 s of a piped chat's first reply): `core.openai_package` defers the names of
+    `openai.types` and `openai.types.responses` to their first use. A chat completion with
+    the functions' schemas, answered and read, loads neither; the names are all still
+    there when asked for."""
+    code = (
+        "import asyncio, sys\n"
+        "from core.llm import OpenAIChat\n"
+        "from core.memory.executor import SCHEMAS\n"
+        "from core.openai_package import openai\n"
+        f"client = openai.AsyncOpenAI(api_key='test', base_url={fake.base_url!r})\n"
+        "messages = [{'role': 'system', 'content': 'be kind'}, {'role': 'user', 'content': 'hi'}]\n"
+        "done = asyncio.run(OpenAIChat(client, 'fake').complete(messages, SCHEMAS))\n"
+        "print(done.tool_calls[0].name)\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+        "print(openai.types.Batch.__name__, openai.types.responses.Response.__name__)\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    called, modules, names = out.decode().splitlines()
+    assert called == "send_message"
+    assert "openai.types.chat.chat_completion" in modules.split()
+    assert not {"openai.types.batch", "openai.types.responses.response"} & set(modules.split())
+    assert names == "Batch Response"
