@@ -68,7 +68,12 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # it (373 s of CPU), and 8:55 at load 4-7 (342 s); before, at load 3-5, the two workers
 # alone took 10:51 (380 s of CPU) and the browser ran after them. At this load, time is CPU shared with other work: most of
 # each test's wall time is waiting for a core (Postgres's, the processes it starts).
+# Python's compiled modules are written, also where the environment says not to
+# (PYTHONDONTWRITEBYTECODE, as on this machine): otherwise every process of the run, each
+# worker and each `companion` a test starts, compiles the project's modules from source
+# again (collection alone: 9-10 s of CPU per worker instead of 5).
 WORKERS ?= 2
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	@if [ "$(WORKERS)" = 0 ]; then \
 		$(BIN)/pytest -n 0 --ignore=tests/test_browser.py && $(BIN)/pytest tests/test_browser.py; \
