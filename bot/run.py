@@ -39,7 +39,6 @@ from aiohttp import ClientSession, web
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from adapters.common import Services
-from adapters.slack.signatures import watch_signatures
 from bot.app import App
 from bot.health import Health, serving
 from bot.platforms import discord_running, slack_running
@@ -149,6 +148,8 @@ async def run(app: App, stop: asyncio.Event | None = None) -> int:
     host, port = settings.http_host, settings.http_port
 
     def serve_slack(bolt: Any) -> Any:  # Slack's HTTP mode: its events beside our routes
+        from adapters.slack.signatures import watch_signatures  # Slack's modules: Slack only
+
         bolt_app = watch_signatures(bolt.web_app(path="/slack/events"), "/slack/events")
         routes = http_routes(bolt_app, app, health)
         routes.middlewares.append(acknowledged_first(app.engine.activity, app.metrics))

@@ -188,3 +188,19 @@ async def test_a_chat_completion_loads_few_of_the_model_clients_types(fake):
     assert "openai.types.chat.chat_completion" in modules.split()
     assert not {"openai.types.batch", "openai.types.responses.response"} & set(modules.split())
     assert names == "Batch Response"
+
+
+async def test_companion_run_loads_a_platforms_modules_only_when_it_serves_it():
+    """`companion run` imports Slack's stack (Bolt, its SDK, the Slack adapter: about half
+    a second of CPU at every start, and the memory they hold) only to serve Slack, and
+    Discord's only to serve Discord: what the run command imports before it knows which
+    platforms are set (bot.run, bot.platforms) holds neither."""
+    code = "import sys, bot.run, bot.platforms\nprint('\\n'.join(sorted(sys.modules)))\n"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    modules = set(out.decode().split())
+    assert "bot.run" in modules and "aiohttp" in modules
+    assert not heavy(modules, (*PLATFORMS, "adapters.slack", "adapters.discord"))
