@@ -270,6 +270,11 @@ class Settings:
         )
 
     @property
+    def models_dir(self) -> Path:
+        """Where the built-in embedder keeps its int8 model once made (core/local_embedder.py)."""
+        return self.data_dir / "models"
+
+    @property
     def embeds_in_process(self) -> bool:
         """The embedding model runs in this process: the built-in or the multilingual one."""
         return self.embedding_model in IN_PROCESS
