@@ -1,7 +1,8 @@
 """Evidence recall of `conversation_search` on LoCoMo, through the product's own search.
 
     python bench/locomo_recall.py [--data ../shared/data/locomo/locomo_dev.json] [--k 5,10,25]
-                                  [--embedder local|multilingual|none] [--conversations 0-4]
+                                  [--embedder local|multilingual|none|local-float|local-mixed]
+                                  [--conversations 0-4]
 
 For each LoCoMo conversation: one agent, whose member is speaker_a (the display name) and
 whose persona says "I am <speaker_b>"; every turn of every session becomes a message
@@ -41,6 +42,7 @@ import pickle
 import statistics
 import sys
 import time
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -103,11 +105,37 @@ def try_constant(setting: str) -> None:
 
 def embedder_named(name: str) -> Embedder:
     """What COMPANION_EMBEDDING_MODEL gives in process: `local` (unset: all-MiniLM-L6-v2)
-    or `multilingual` (multilingual-e5-small, the extra companion[multilingual])."""
+    or `multilingual` (multilingual-e5-small, the extra companion[multilingual]); and, to
+    compare, `local-float`: the same model in the published file's float arithmetic (what
+    Companion ran before its int8 arithmetic), `local-mixed`: a deployment upgraded from it."""
     if name == "multilingual":
         package_dir()  # not installed: one line saying how
         return MultilingualEmbedder()
+    if name == "local-float":
+        return LocalEmbedder(int8=False)
+    if name == "local-mixed":
+        return HalfFloat()
     return LocalEmbedder()
+
+
+class HalfFloat:
+    """Half the turns (by a hash of their text) embedded in float arithmetic, the others and
+    every query in int8: a database that was half embedded before the upgrade."""
+
+    dimension = LocalEmbedder.dimension
+
+    def __init__(self) -> None:
+        self.float, self.int8 = LocalEmbedder(int8=False), LocalEmbedder()
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        old = [t for t in texts if zlib.crc32(t.encode()) % 2]
+        vectors = dict(zip(old, await self.float.embed(old), strict=True))
+        new = [t for t in texts if t not in vectors]
+        vectors.update(zip(new, await self.int8.embed(new), strict=True))
+        return [vectors[t] for t in texts]
+
+    async def embed_query(self, text: str) -> list[float]:
+        return (await self.int8.embed([text]))[0]
 
 
 class CachedEmbedder:
@@ -247,9 +275,10 @@ async def main() -> None:
     parser.add_argument("--conversations", help='which ones, by position: "0-4", "5,7"')
     parser.add_argument(
         "--embedder",
-        choices=["local", "multilingual", "none"],
+        choices=["local", "multilingual", "none", "local-float", "local-mixed"],
         default="local",
-        help="local: all-MiniLM-L6-v2; multilingual: multilingual-e5-small; none: full text only",
+        help="local: all-MiniLM-L6-v2; multilingual: multilingual-e5-small; none: full text "
+        "only; local-float: MiniLM in float arithmetic; local-mixed: half the turns so",
     )
     parser.add_argument("--vectors-cache", type=Path, help="reuse vectors (keep out of the repo)")
     parser.add_argument(

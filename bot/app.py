@@ -276,7 +276,7 @@ def _embedder(settings: Settings, endpoint: Endpoint) -> Embedder | None:
     """The endpoint's model when one is named, none for "none", else the local one."""
     name = settings.embedding_model
     if name is None:
-        return LocalEmbedder()
+        return LocalEmbedder(cache=settings.models_dir)
     if name == "none":
         return None
     if name == MULTILINGUAL:

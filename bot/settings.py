@@ -177,6 +177,7 @@ class Settings:
     database_url: str | None = None
     db_schema: str | None = None
     data_dir: Path = Path("data")
+    models: Path | None = None  # COMPANION_MODELS_DIR; unset: data_dir / "models"
     model_timeout: float = 60.0
     model_retries: int = 3
     max_output_tokens: int | None = None  # None: min(1024, window / 8)
@@ -228,6 +229,9 @@ class Settings:
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
             data_dir=Path(data_dir).expanduser() if data_dir else _default_data_dir(),
+            models=Path(models).expanduser()
+            if (models := env.get("COMPANION_MODELS_DIR", "").strip())
+            else None,
             model_timeout=float(_int(env, "COMPANION_MODEL_TIMEOUT", 60) or 60),
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
             max_output_tokens=_int(env, "COMPANION_MAX_OUTPUT_TOKENS", None, minimum=64),
@@ -268,6 +272,12 @@ class Settings:
             member_daily_usd=_dollars(env, "COMPANION_MEMBER_DAILY_USD"),
             prices=parse_prices(env.get("COMPANION_PRICES", "")),
         )
+
+    @property
+    def models_dir(self) -> Path:
+        """Where the built-in embedder keeps its int8 model once made (core/local_embedder.py):
+        an image makes it at build time (deploy/Dockerfile), as making it takes 350 MB more."""
+        return self.models or self.data_dir / "models"
 
     @property
     def embeds_in_process(self) -> bool:

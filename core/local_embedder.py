@@ -8,11 +8,20 @@ is checked against its pinned sha256 before use, and `onnxruntime` runs the mode
 pipeline is sentence-transformers' for this model: tokens truncated at 256, mean pooling over
 the attention mask, L2 normalisation; 384 dimensions.
 
+That file stores int8 weights but turns them back into float32 at load, so every product
+runs in float32. Companion runs the products in int8 instead, about twice as fast on a CPU
+(bench/README.md, "int8 arithmetic"): at the first load the file is quantized with
+onnxruntime's own dynamic quantization (int8 weights per output channel, activations
+quantized per call), and the result is kept in the `cache` folder when one is given and
+writable (`COMPANION_DATA_DIR/models`), under a name holding the model's sha256 and the
+quantizer's versions, beside its own sha256; else it is made again at each start (about 3 s
+of CPU). Its vectors stay within cosine 0.97 of the float arithmetic's (0.99 on average).
+
 Loading takes about a second (a few on a busy machine) and about 190 MB of memory, so it
 happens on the first `embed`, in a worker thread, like every batch after it: the event loop
-never waits on the CPU. One CPU thread per call embeds about 150 chat messages a second
-(bench/README.md); a query takes a few milliseconds. onnxruntime sessions may run calls from
-several threads at once, so a search does not wait for a background batch.
+never waits on the CPU. One CPU thread per call embeds 350-500 short chat messages a
+second (bench/README.md); a query takes a few milliseconds. onnxruntime sessions may run
+calls from several threads at once, so a search does not wait for a background batch.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import asyncio
 import hashlib
 import importlib.util
 import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -33,6 +43,20 @@ MAX_TOKENS = 256
 _MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 _TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 TOKENIZER = Path(__file__).resolve().parent / "data" / "all-MiniLM-L6-v2" / "tokenizer.json"
+
+
+# onnxruntime's extended graph rewrites left out: all but the int8 ones (MatMulIntegerToFloat,
+# DynamicQuantizeMatMul), about 10% faster a text and the same vectors as the basic rewrites.
+SLOWER_FUSIONS = [
+    "AttentionFusion",
+    "EmbedLayerNormFusion",
+    "LayerNormFusion",
+    "SkipLayerNormFusion",
+    "GeluFusion",
+    "BiasGeluFusion",
+    "FastGeluFusion",
+    "MatMulScaleFusion",
+]
 
 
 def _package_dir(name: str) -> Path:
@@ -61,15 +85,91 @@ def _checked(path: Path, sha256: str, what: str) -> Path:
     return path
 
 
+def _quantize(model: Path, into: Path) -> None:
+    """int8 arithmetic: onnxruntime's preparation (shape inference, constant folding: the
+    dequantized weights become float constants), then its dynamic quantization of them."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory(prefix="companion-model-") as work:
+        folded = Path(work) / "folded.onnx"
+        quant_pre_process(str(model), str(folded), skip_symbolic_shape=True)
+        quantize_dynamic(folded, into, per_channel=True, weight_type=QuantType.QInt8)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def int8_model(model: Path, cache: Path | None) -> bytes:
+    """The int8-arithmetic model made from `model`: from `cache` when it holds it whole,
+    else made now (and kept there when the folder can be written)."""
+    import onnx
+    import onnxruntime
+
+    name = (
+        f"all-MiniLM-L6-v2-{_MODEL_SHA256[:16]}-ort{onnxruntime.__version__}-onnx{onnx.__version__}"
+    )
+    if cache is not None:
+        try:
+            data = (cache / f"{name}.onnx").read_bytes()
+            if _digest(data) == (cache / f"{name}.sha256").read_text().strip():
+                return data
+        except OSError:
+            pass  # not made yet
+    with tempfile.TemporaryDirectory(prefix="companion-model-") as work:
+        made = Path(work) / "int8.onnx"
+        _quantize(model, made)
+        data = made.read_bytes()
+    if cache is not None:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            for suffix, content in ((".onnx", data), (".sha256", f"{_digest(data)}\n".encode())):
+                partial = cache / f"{name}{suffix}.{os.getpid()}.part"
+                partial.write_bytes(content)
+                partial.replace(cache / f"{name}{suffix}")  # whole or not at all
+        except OSError:
+            pass  # a read-only folder: made again at the next start
+    return data
+
+
+# A call to the model costs about as much CPU as 13 more tokens in it (int8; in float about
+# 30): bench/embedder_cpu.py, texts alone against 16 a call.
+CALL_TOKENS = 13
+
+
+def batches(lengths: list[int], most: int) -> list[range]:
+    """Texts sorted by token count, cut into runs of at most `most` (one call each) so that
+    the tokens computed are fewest: every text padded to its run's longest, and each call
+    counted as CALL_TOKENS more. A 40-token line is not computed with 16 three-word ones
+    padded to its length, nor are 16 of these sent one by one."""
+    best, cut = [0] + [2**62] * len(lengths), [0] * (len(lengths) + 1)
+    for end in range(1, len(lengths) + 1):
+        for start in range(max(0, end - most), end):
+            cost = best[start] + CALL_TOKENS + lengths[end - 1] * (end - start)
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    runs, end = [], len(lengths)
+    while end:
+        runs.append(range(cut[end], end))
+        end = cut[end]
+    return runs[::-1]
+
+
 class LocalEmbedder:
-    """The `Embedder` port over onnxruntime, one CPU thread by default."""
+    """The `Embedder` port over onnxruntime, one CPU thread by default; `int8=False` runs
+    the published file's float arithmetic (for comparisons: bench/locomo_recall.py)."""
 
     dimension = LOCAL_DIMENSION
     model = LOCAL_MODEL
 
-    def __init__(self, threads: int = 1, batch: int = 16) -> None:
+    def __init__(
+        self, threads: int = 1, batch: int = 16, cache: Path | None = None, int8: bool = True
+    ) -> None:
         self.threads = threads
         self.batch = batch
+        self.cache = cache
+        self.int8 = int8
         self._loaded: tuple[Any, Any] | None = None
         self._lock = threading.Lock()  # loads once
 
@@ -89,16 +189,24 @@ class LocalEmbedder:
                 str(_checked(vocabulary, _TOKENIZER_SHA256, "tokenizer"))
             )
             tokenizer.enable_truncation(max_length=MAX_TOKENS)
-            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            tokenizer.no_padding()  # the file pads to 128: batches are padded here, by length
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = self.threads
             options.inter_op_num_threads = 1
             options.log_severity_level = 3
-            # The basic graph rewrites only: the extended ones (fused attention and layer
-            # norms) made this int8 model about 6% slower a text here (bench/README.md).
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            # The basic graph rewrites, and in int8 the fusions of each product with its
+            # quantization and scaling: the others (fused attention, layer norms, GELU) made
+            # it slower here, and change the vectors (bench/README.md).
+            level = onnxruntime.GraphOptimizationLevel
+            options.graph_optimization_level = (
+                level.ORT_ENABLE_EXTENDED if self.int8 else level.ORT_ENABLE_BASIC
+            )
+            source = int8_model(model, self.cache) if self.int8 else model.read_bytes()
             session = onnxruntime.InferenceSession(
-                str(model), sess_options=options, providers=["CPUExecutionProvider"]
+                source,
+                sess_options=options,
+                providers=["CPUExecutionProvider"],
+                disabled_optimizers=SLOWER_FUSIONS,
             )
             self._loaded = (tokenizer, session)
         return self._loaded
@@ -109,29 +217,25 @@ class LocalEmbedder:
 
         with self._lock:
             tokenizer, session = self._load()
-        vectors: list[list[float]] = []
-        # Similar lengths together: padding to the longest text of a batch is wasted work.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self.batch):
-            chunk = [texts[i] for i in order[start : start + self.batch]]
-            encodings = tokenizer.encode_batch(chunk)
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        encodings = tokenizer.encode_batch(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        result: list[list[float]] = [[]] * len(texts)
+        for run in batches([len(encodings[i].ids) for i in order], self.batch):
+            chunk = [order[position] for position in run]
+            ids = np.zeros((len(chunk), len(encodings[chunk[-1]].ids)), dtype=np.int64)
+            mask = np.zeros_like(ids)  # padded with [PAD] (id 0), masked out
+            for row, index in enumerate(chunk):
+                ids[row, : len(encodings[index].ids)] = encodings[index].ids
+                mask[row, : len(encodings[index].ids)] = 1
             hidden = session.run(
                 None,
-                {
-                    "input_ids": ids,
-                    "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(ids),
-                },
+                {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )[0]
             weights = mask[..., None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-            vectors.extend((pooled / norms).tolist())
-        result: list[list[float]] = [[]] * len(texts)
-        for position, index in enumerate(order):
-            result[index] = vectors[position]
+            for index, vector in zip(chunk, (pooled / norms).tolist(), strict=True):
+                result[index] = vector
         return result
 
     async def embed(self, texts: list[str]) -> list[list[float]]:

@@ -252,3 +252,36 @@ def test_every_deployment_migrates_before_the_bot_starts():
         (init,) = pod["initContainers"]
         assert init["args"] == ["migrate"] and init["image"] == container(one(name, kind))["image"]
         assert init["envFrom"] == container(one(name, kind))["envFrom"]
+
+
+def test_the_image_makes_the_int8_model_where_its_settings_look(tmp_path, monkeypatch):
+    """Quantizing the built-in model takes about 350 MB more than running it: a pod under its
+    512 MiB limit must find it made, in the image, where COMPANION_MODELS_DIR points."""
+    import subprocess
+    from pathlib import Path
+
+    from core import local_embedder
+
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", "")
+    folder = re.findall(r"COMPANION_MODELS_DIR=(\S+)", dockerfile)
+    assert len(set(folder)) == 1, folder
+    (run,) = [x for x in dockerfile.splitlines() if x.startswith("RUN ") and "Embedder" in x]
+    code = re.search(r'-c "(.*?)"', run).group(1)  # type: ignore[union-attr]
+    assert f"cache=Path('{folder[0]}')" in code
+    made = subprocess.run(
+        [sys.executable, "-c", code.replace(folder[0], str(tmp_path))], cwd=ROOT, check=False
+    )
+    assert made.returncode == 0
+
+    def refuse(model, into):
+        raise AssertionError("made again at the pod's start")
+
+    monkeypatch.setattr(local_embedder, "_quantize", refuse)
+    models = Settings.from_env({"COMPANION_MODELS_DIR": str(tmp_path)}).models_dir
+    assert models == tmp_path
+    assert len(local_embedder.LocalEmbedder(cache=models).embed_now(["ok"])[0]) == 384
+    assert Settings.from_env({"COMPANION_DATA_DIR": "/d"}).models_dir == Path("/d/models")
+    manifests = [
+        p for p in (ROOT / "deploy").rglob("*.yaml") if "COMPANION_MODELS_DIR" in p.read_text()
+    ]
+    assert manifests == [], "the image's own setting stays"

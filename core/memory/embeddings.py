@@ -110,10 +110,14 @@ def texts(rows: Sequence[Any]) -> list[str]:
     return [row.text[:EMBED_CHARS] for row in rows]
 
 
+_DIGITS = "{:.9g}".format
+
+
 def stored(rows: Sequence[Any], vectors: list[list[float]]) -> list[dict[str, Any]]:
-    """The parameters of `store` for each row of a `batch` and its vector."""
+    """The parameters of `store` for each row of a `batch` and its vector: 9 digits, all that
+    a column of float4 keeps, written in half the CPU of Python's 17 (`repr`)."""
     return [
-        {"id": row.id, "tenant": row.tenant_id, "v": str(list(vector))}
+        {"id": row.id, "tenant": row.tenant_id, "v": f"[{','.join(map(_DIGITS, vector))}]"}
         for row, vector in zip(rows, vectors, strict=True)
     ]
 
