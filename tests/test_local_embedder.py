@@ -86,12 +86,13 @@ async def test_products_run_in_int8_and_the_vectors_stay_those_of_the_model(loca
     assert all(0.97 < cosine(a, b) < 0.9999 for a, b in zip(fast, slow, strict=True))
 
 
-def test_the_int8_model_is_made_once_and_a_damaged_copy_is_made_again(models, monkeypatch):
+def test_the_int8_model_is_made_once_and_a_damaged_copy_is_made_again(local, models, monkeypatch):
     from core import local_embedder
 
     def refuse(model, into):
         raise AssertionError("quantized again")
 
+    local.embed_now(["made"])  # made here if no test of this worker made it before
     (kept,) = models.glob("*.onnx")
     with monkeypatch.context() as patched:
         patched.setattr(local_embedder, "_quantize", refuse)
