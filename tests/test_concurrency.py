@@ -152,9 +152,16 @@ async def test_turns_waiting_on_the_model_hold_no_connection(pg_url, schema, fak
             await asyncio.wait_for(thinking["ann"].wait(), 10)
             await asyncio.wait_for(thinking["carl"].wait(), 10)  # both turn slots are busy
             queued = [talk(ann, f"ann {i}") for i in range(1, 6)]
-            await asyncio.sleep(0.5)  # Ann's handlers store their events and queue
-
-            assert db.pool.checkedout() == 1  # the presence connection, no turn's
+            # Ann's handlers store their events and queue; then, however long the turns think,
+            # the pool holds the presence connection only, no turn's nor a waiting handler's
+            # (polled: on a loaded machine storing five events can take more than a moment).
+            for _ in range(200):
+                if db.pool.checkedout() == 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert db.pool.checkedout() == 1
+            await asyncio.sleep(0.3)  # and stays so
+            assert db.pool.checkedout() == 1
             async with asyncio.timeout(5):  # nobody waits for Ann's turn or the pool
                 bobs = await engine.submit(bob, InboundEvent(EventKind.USER_MESSAGE, "bob 0"))
                 assert (await engine.answer(bob, bobs)).replies == ["re: bob 0"]
