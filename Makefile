@@ -50,29 +50,19 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # headless Chromium has twice stopped answering Playwright mid-test, and once in CI on its
 # own. They share one Chromium; a test whose Chromium stops answering runs again once in a
 # new one (tests/test_browser.py); no test may take over 10 minutes (pyproject.toml).
-# The rest runs on two workers (pytest-xdist, an embedded Postgres each; the browser tests
-# are one group, for one worker). Three full two-worker runs in a row were green on this
-# 2-core machine while other work shared it (load 3-7): 7:07, 7:51 and 13:14 for the 1,193
-# tests, about 335-370 s of CPU (user+sys) each; one process took 9:59 at load 2-5 (23:17
-# at load 6-7). `make test WORKERS=0` runs them in one process. Earlier, on a heavily loaded
-# machine (load 10-15), one two-worker run had three tests red that one process passed (a
-# 3 s bound on an upload, since made 30 s, and a Traceback in the logs of two real-process
-# tests: a Discord shard process redelivering the other's reply, and the SIGKILL campaign
-# of tests/test_acknowledged.py), and a `companion chat` in a test was once still running
-# after 60 s; none of that came back in the three runs, nor in a fourth after more tests came
-# in (1,215 in 5:37 at load 3, 297 s of CPU).
-# With workers, the browser's process runs alongside the rest (its output shown when both are
-# done): the two workers leave a core idle for much of their run, waiting on Postgres and on
-# the processes they start. `make test WORKERS=0` runs the two one after the other. Measured
-# so (1,239 tests, Dec 4): 6:45 in all at load 4.5 falling to 0, the browser's 1:09 inside
-# it (373 s of CPU), and 8:55 at load 4-7 (342 s); before, at load 3-5, the two workers
-# alone took 10:51 (380 s of CPU) and the browser ran after them. At this load, time is CPU shared with other work: most of
-# each test's wall time is waiting for a core (Postgres's, the processes it starts).
+# The rest runs on three workers (pytest-xdist, an embedded Postgres each; the browser tests
+# are one group, for one worker), the browser's process alongside them (its output shown
+# when both are done): the workers wait on Postgres and on the processes they start, so a
+# third one fills the cores the first two leave idle. Measured on this 2-core machine,
+# one run after another with nothing else running, Dec 4 (1,241 tests + 14 in the browser;
+# CPU: everything the run started, Postgres included): two workers 5:41 (567 s of CPU),
+# three 4:45 (524 s), four 5:13 (586 s; one test red, since fixed). `make test WORKERS=0`
+# runs everything in one process, the browser's after.
 # Python's compiled modules are written, also where the environment says not to
 # (PYTHONDONTWRITEBYTECODE, as on this machine): otherwise every process of the run, each
 # worker and each `companion` a test starts, compiles the project's modules from source
 # again (collection alone: 9-10 s of CPU per worker instead of 5).
-WORKERS ?= 2
+WORKERS ?= 3
 test: export PYTHONDONTWRITEBYTECODE =
 test: $(BIN)/pytest  ## install with the test tools, then run the whole test suite
 	@if [ "$(WORKERS)" = 0 ]; then \
