@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.metadata
 import importlib.util
 import os
 import tempfile
@@ -104,12 +105,12 @@ def _digest(data: bytes) -> str:
 def int8_model(model: Path, cache: Path | None) -> bytes:
     """The int8-arithmetic model made from `model`: from `cache` when it holds it whole,
     else made now (and kept there when the folder can be written)."""
-    import onnx
     import onnxruntime
 
-    name = (
-        f"all-MiniLM-L6-v2-{_MODEL_SHA256[:16]}-ort{onnxruntime.__version__}-onnx{onnx.__version__}"
-    )
+    # onnx's version from its metadata: importing it costs a second of CPU, and only the
+    # quantizer needs it (a cached model is read without it).
+    versions = f"ort{onnxruntime.__version__}-onnx{importlib.metadata.version('onnx')}"
+    name = f"all-MiniLM-L6-v2-{_MODEL_SHA256[:16]}-{versions}"
     if cache is not None:
         try:
             data = (cache / f"{name}.onnx").read_bytes()

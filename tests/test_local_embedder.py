@@ -219,20 +219,34 @@ async def test_only_real_matches_count_and_the_model_is_told_when_nothing_matche
     assert re.match(r"Showing messages: page 1 of 1 \(", meaning), meaning
 
 
-async def test_the_model_writes_nothing_under_home_and_says_nothing(tmp_path):
+async def test_the_model_writes_nothing_under_home_and_says_nothing(tmp_path, local, models):
     """onnxruntime's telemetry kept a device id under HOME, and where HOME is read-only
-    (Kubernetes' securityContext) warned about it in colour on every start: it is off."""
+    (Kubernetes' securityContext) warned about it in colour on every start: it is off.
+    Loading a model already made does not import `onnx` (a second of CPU at every start of
+    the chat, the doctor and the server: only the quantizer needs it)."""
+    local.embed_now(["made"])  # the int8 model made, as at any start after the first
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ORT_")}
     env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), PYTHONPATH=str(ROOT))
-    code = "from core.local_embedder import LocalEmbedder; LocalEmbedder().embed_now(['hi'])"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, env=env, stderr=asyncio.subprocess.PIPE, cwd=ROOT
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom core.local_embedder import LocalEmbedder\n"
+        f"LocalEmbedder(cache=Path({str(models)!r})).embed_now(['hi'])\n"
+        "print('onnx' in sys.modules)\n"
     )
-    _, err = await proc.communicate()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        code,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    out, err = await proc.communicate()
     assert proc.returncode == 0 and err == b"", err.decode()
     assert list(home.rglob("*")) == [], "telemetry is off: it has nothing to keep"
+    assert out.decode().strip() == "False", "a model already made was read without onnx"
 
 
 def test_the_tokenizer_ships_with_companion_and_any_other_file_is_refused(tmp_path, monkeypatch):
