@@ -152,16 +152,25 @@ async def test_turns_waiting_on_the_model_hold_no_connection(pg_url, schema, fak
             await asyncio.wait_for(thinking["ann"].wait(), 10)
             await asyncio.wait_for(thinking["carl"].wait(), 10)  # both turn slots are busy
             queued = [talk(ann, f"ann {i}") for i in range(1, 6)]
-            # Ann's handlers store their events and queue; then, however long the turns think,
-            # the pool holds the presence connection only, no turn's nor a waiting handler's
-            # (polled: on a loaded machine storing five events can take more than a moment).
-            for _ in range(200):
+            # Ann's handlers store their events and queue (seen through a connection of
+            # another pool: on a loaded machine storing five events can take a while); then,
+            # however long the turns think, the pool holds the presence connection only, no
+            # turn's nor a waiting handler's.
+            looking = make_engine(served_url(pg_url, schema), schema, pool_size=1)
+            try:
+                for _ in range(400):
+                    async with looking.connect() as conn:
+                        if await conn.scalar(text("SELECT count(*) FROM events")) >= 7:
+                            break
+                    await asyncio.sleep(0.05)
+            finally:
+                await looking.dispose()
+            for _ in range(100):  # the last handler gives its connection back
                 if db.pool.checkedout() == 1:
                     break
                 await asyncio.sleep(0.05)
-            assert db.pool.checkedout() == 1
-            await asyncio.sleep(0.3)  # and stays so
-            assert db.pool.checkedout() == 1
+            await asyncio.sleep(0.3)
+            assert db.pool.checkedout() == 1  # the presence connection, no turn's
             async with asyncio.timeout(5):  # nobody waits for Ann's turn or the pool
                 bobs = await engine.submit(bob, InboundEvent(EventKind.USER_MESSAGE, "bob 0"))
                 assert (await engine.answer(bob, bobs)).replies == ["re: bob 0"]
