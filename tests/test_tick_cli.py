@@ -4,10 +4,10 @@ member; `tick --now` is a dry run unless `--apply`."""
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
+from sqlalchemy import select
 
-from bot.database import make_engine
 from core.events import EventKind, InboundEvent
+from core.models import Agent, User
 from tests.conftest import cli_env, run_cli
 from tests.fake_openai import default_brain, last, say
 from tests.fake_slack import FakeSlack
@@ -33,27 +33,21 @@ def due_time(listing: str, user: str) -> datetime:
     return datetime.fromisoformat(line.split("\t")[2].replace("Z", "+00:00"))
 
 
-async def exact_due(pg_url: str, schema: str, user: str) -> datetime:
+async def exact_due(sessions, user: str) -> datetime:
     """The member's opener time to the microsecond (the listing says the minute): a tick a
     minute or two after the listed time could fall past the start of the quiet hours, where
     the opener is moved to the morning instead of sent (red once at 22:01Z)."""
-    engine = make_engine(pg_url, schema, pool_size=1)  # the superuser: past the wall
-    try:
-        async with engine.connect() as conn:
-            due = await conn.scalar(
-                text(
-                    f"SELECT a.next_opener_at FROM {schema}.agents a "
-                    f"JOIN {schema}.users u ON u.id = a.user_id WHERE u.external_id = :user"
-                ),
-                {"user": user},
-            )
-    finally:
-        await engine.dispose()
+    async with sessions() as session:
+        due = await session.scalar(
+            select(Agent.next_opener_at)
+            .join(User, User.id == Agent.user_id)
+            .where(User.external_id == user)
+        )
     assert due is not None, f"no opener scheduled for {user}"
     return due
 
 
-async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
+async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema, sessions):
     fake.brain = opener_brain
     env = cli_env(fake, pg_url, schema)
     await companion(env, "chat", "--user", "ana", stdin="remember that I am learning Greek\n")
@@ -62,9 +56,10 @@ async def test_opener_waits_for_a_terminal_member(fake, pg_url, schema):
     header, *rows = listing.splitlines()
     assert header == "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"
     assert all(len(row.split("\t")) == len(header.split("\t")) for row in rows)
-    assert due_time(listing, "ana") <= await exact_due(pg_url, schema, "ana")
+    due = await exact_due(sessions, "ana")
+    assert due_time(listing, "ana") <= due
     assert await companion(env, "openers", "list", "--due") == "no openers scheduled\n"
-    now = (await exact_due(pg_url, schema, "ana")).isoformat()
+    now = due.isoformat()
     assert "ana" in await companion(env, "openers", "list", "--due", "--now", now)
     report = await companion(env, "tick", "--now", now, "--apply")
     assert "1 openers (0 sent, 0 silent, 1 waiting for the member)" in report
@@ -87,7 +82,7 @@ async def test_tick_after_downtime_says_it_re_spread_the_overdue_openers(fake, p
     assert moved > late  # still scheduled, later: not lost, not sent in a burst
 
 
-async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
+async def test_tick_delivers_openers_on_slack(fake, pg_url, schema, sessions):
     fake.brain = opener_brain
     async with FakeSlack() as api:
         env = cli_env(fake, pg_url, schema, SLACK_BOT_TOKEN="xoxb-test", SLACK_API_URL=api.base_url)
@@ -100,7 +95,7 @@ async def test_tick_delivers_openers_on_slack(fake, pg_url, schema):
             "U1",
             stdin="remember that my exam is on Monday\n",
         )
-        at = (await exact_due(pg_url, schema, "U1")).isoformat()
+        at = (await exact_due(sessions, "U1")).isoformat()
         report = await companion(env, "tick", "--now", at, "--apply")
         assert "1 sent" in report
         posts = api.called("chat.postMessage")
@@ -157,7 +152,9 @@ async def test_tick_help_says_now_is_a_dry_run(fake, pg_url):
     assert refused.code == 2 and "--apply goes with --now" in refused.err
 
 
-async def test_tick_sends_a_reply_that_waited_before_the_opener(fake, pg_url, schema, engine):
+async def test_tick_sends_a_reply_that_waited_before_the_opener(
+    fake, pg_url, schema, engine, sessions
+):
     """A member's answer whose handler died before sending it still waits when `companion
     tick` sends them an opener: the answer goes first, back in its thread, then the opener,
     so the member reads them in the order they were written (as under `companion run`)."""
@@ -171,7 +168,7 @@ async def test_tick_sends_a_reply_that_waited_before_the_opener(fake, pg_url, sc
     await engine.drain(scope)  # its turn ran; its handler died before sending the answer
     async with FakeSlack() as api:
         env = cli_env(fake, pg_url, schema, SLACK_BOT_TOKEN="xoxb-test", SLACK_API_URL=api.base_url)
-        at = (await exact_due(pg_url, schema, "U1")).isoformat()
+        at = (await exact_due(sessions, "U1")).isoformat()
         assert "1 sent" in await companion(env, "tick", "--now", at, "--apply")
         posts = api.called("chat.postMessage")
         assert [(p["channel"], p.get("thread_ts"), p["text"]) for p in posts] == [
