@@ -89,6 +89,16 @@ def heavy(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] in names or m in names)
 
 
+async def python_says(code: str) -> str:
+    """What `python -c CODE` prints, run from the repository; it must exit 0."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    return out.decode()
+
+
 @pytest.fixture
 async def env(fake, pg_url, schema):
     port = str(free_port())
@@ -150,12 +160,8 @@ async def test_the_model_client_comes_without_aiohttp(tmp_path):
         "openai.AsyncOpenAI(api_key='test', base_url='http://127.0.0.1:9/v1')\n"
         "print('\\n'.join(sorted(sys.modules)))\n"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0
-    modules = set(out.decode().split())
+    out = await python_says(code)
+    modules = set(out.split())
     assert "openai" in modules and "httpx2" in modules
     assert not heavy(modules, ("aiohttp",))
 
@@ -178,12 +184,8 @@ async def test_a_chat_completion_loads_few_of_the_model_clients_types(fake):
         "print(' '.join(sorted(sys.modules)))\n"
         "print(openai.types.Batch.__name__, openai.types.responses.Response.__name__)\n"
     )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0
-    called, modules, names = out.decode().splitlines()
+    out = await python_says(code)
+    called, modules, names = out.splitlines()
     assert called == "send_message"
     assert "openai.types.chat.chat_completion" in modules.split()
     assert not {"openai.types.batch", "openai.types.responses.response"} & set(modules.split())
@@ -196,11 +198,7 @@ async def test_companion_run_loads_a_platforms_modules_only_when_it_serves_it():
     Discord's only to serve Discord: what the run command imports before it knows which
     platforms are set (bot.run, bot.platforms) holds neither."""
     code = "import sys, bot.run, bot.platforms\nprint('\\n'.join(sorted(sys.modules)))\n"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, cwd=ROOT
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0
-    modules = set(out.decode().split())
+    out = await python_says(code)
+    modules = set(out.split())
     assert "bot.run" in modules and "aiohttp" in modules
     assert not heavy(modules, (*PLATFORMS, "adapters.slack", "adapters.discord"))
