@@ -86,16 +86,17 @@ def _checked(path: Path, sha256: str, what: str) -> Path:
     return path
 
 
-def _quantize(model: Path, into: Path) -> None:
+def _quantize(model: Path) -> bytes:
     """int8 arithmetic: onnxruntime's preparation (shape inference, constant folding: the
     dequantized weights become float constants), then its dynamic quantization of them."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     with tempfile.TemporaryDirectory(prefix="companion-model-") as work:
-        folded = Path(work) / "folded.onnx"
+        folded, made = Path(work) / "folded.onnx", Path(work) / "int8.onnx"
         quant_pre_process(str(model), str(folded), skip_symbolic_shape=True)
-        quantize_dynamic(folded, into, per_channel=True, weight_type=QuantType.QInt8)
+        quantize_dynamic(folded, made, per_channel=True, weight_type=QuantType.QInt8)
+        return made.read_bytes()
 
 
 def _digest(data: bytes) -> str:
@@ -118,10 +119,7 @@ def int8_model(model: Path, cache: Path | None) -> bytes:
                 return data
         except OSError:
             pass  # not made yet
-    with tempfile.TemporaryDirectory(prefix="companion-model-") as work:
-        made = Path(work) / "int8.onnx"
-        _quantize(model, made)
-        data = made.read_bytes()
+    data = _quantize(model)
     if cache is not None:
         try:
             cache.mkdir(parents=True, exist_ok=True)

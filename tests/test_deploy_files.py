@@ -273,7 +273,7 @@ def test_the_image_makes_the_int8_model_where_its_settings_look(tmp_path, monkey
     )
     assert made.returncode == 0
 
-    def refuse(model, into):
+    def refuse(model):
         raise AssertionError("made again at the pod's start")
 
     monkeypatch.setattr(local_embedder, "_quantize", refuse)

@@ -89,7 +89,7 @@ async def test_products_run_in_int8_and_the_vectors_stay_those_of_the_model(loca
 def test_the_int8_model_is_made_once_and_a_damaged_copy_is_made_again(local, models, monkeypatch):
     from core import local_embedder
 
-    def refuse(model, into):
+    def refuse(model):
         raise AssertionError("quantized again")
 
     local.embed_now(["made"])  # made here if no test of this worker made it before
