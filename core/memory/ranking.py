@@ -46,26 +46,6 @@ CONTEXT_ANCHORS = 5
 # against R@10 79.6), while a model paging on read every page of a search that held none:
 # pages read per question 1.82 with all matches, 1.35 with 15, 1.22 with 10 (bench/README.md).
 RESULTS_CAP = 10
-# Pseudo-relevance feedback in meaning: the query's vector moved toward the mean vector of
-# the best FEEDBACK_TOP messages of the fused list (the named speaker's first), at
-# FEEDBACK_MIX of the query's own, searched again and fused at FEEDBACK_WEIGHT (0: off);
-# with FEEDBACK_COUNTS, its near rows count as results as the first search's do.
-FEEDBACK_WEIGHT = 0.0
-FEEDBACK_TOP = 3
-FEEDBACK_MIX = 1.0
-FEEDBACK_COUNTS = 0
-# Hits naming the same things as the best hits: the words written with a capital inside a
-# sentence (names of people, places, things) of the best ENTITY_TOP messages, held by at
-# most ENTITY_HELD of the member's messages, searched as key words and fused at
-# ENTITY_WEIGHT (0: off).
-ENTITY_WEIGHT = 0.0
-ENTITY_TOP = 3
-ENTITY_HELD = 0.02
-# The weights of full text and nearest vectors by the kind of question (`question_kind`):
-# "when" questions, questions asking for several things ("what books", "which places"),
-# and the rest. (1, 1): as any other query.
-WHEN_WEIGHTS = (1.0, 1.0)
-LIST_WEIGHTS = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -115,42 +95,6 @@ def word_matches(scored: Sequence[tuple[int, float]], ratio: float | None = None
     ratio = WORD_RATIO if ratio is None else ratio
     best = max((score for _, score in scored), default=0.0)
     return {row_id for row_id, score in scored if score >= ratio * best}
-
-
-_WHEN = re.compile(
-    r"^\s*(?:when|what (?:time|day|date|year|month)|how long ago)\b|\b(?:yesterday|last "
-    r"(?:week|month|year|weekend)|ago)\b",
-    re.IGNORECASE,
-)
-_LIST = re.compile(
-    r"^\s*(?:what|which)\s+(?:(?:kinds?|types?|sorts?) of\s+)?(?:\w+\s+)?\w{3,}s\b"
-    r"(?<!\bis)(?<!\bwas)(?<!\bdoes)(?<!\bhas)"
-    r"|^\s*what (?:are|were)\b|\bwhat (?:all|else)\b",
-    re.IGNORECASE,
-)
-
-
-def question_kind(query: str) -> str | None:
-    """ "when" for a question about a time, "list" for one asking for several things
-    ("What books has she read?", "Which places did he visit?"), None otherwise."""
-    if _WHEN.search(query):
-        return "when"
-    if _LIST.search(query):
-        return "list"
-    return None
-
-
-def named_things(texts: Iterable[str], leave_out: str = "") -> str:
-    """The words written with a capital inside a sentence of `texts` ("we drove to Lisbon"
-    -> "Lisbon"), not the first word of a sentence, nor a word of `leave_out`."""
-    skip = {w.lower() for w in re.findall(r"\w+", leave_out)} | {"i"}
-    found: dict[str, None] = {}
-    for words in texts:
-        for match in re.finditer(r"(?<![.!?:]\s)(?<=\s)([A-Z][\w'-]{2,})", words):
-            word = match.group(1)
-            if word.lower() not in skip:
-                found[word] = None
-    return " ".join(found)
 
 
 def clean_query(query: str, names: Iterable[str]) -> str:

@@ -43,24 +43,13 @@ from core.memory.ranking import (
     DATE_RESULTS,
     DATE_WEIGHT,
     DEPTH,
-    ENTITY_HELD,
-    ENTITY_TOP,
-    ENTITY_WEIGHT,
-    FEEDBACK_COUNTS,
-    FEEDBACK_MIX,
-    FEEDBACK_TOP,
-    FEEDBACK_WEIGHT,
-    LIST_WEIGHTS,
     NEIGHBOUR_WEIGHTS,
     RESULTS_CAP,
     SPEAKER_WEIGHT,
-    WHEN_WEIGHTS,
     WORD_RATIO,
     Closeness,
     close_enough,
     fuse,
-    named_things,
-    question_kind,
     word_matches,
 )
 from core.scope import Scope
@@ -328,9 +317,6 @@ async def _hybrid_search(
         anchors = fused[:ANCHORS]
         near, further, around = await _neighbours(session, columns, params, anchors, matched)
         rankings, weights = [by_words, by_meaning, near, further], list(NEIGHBOUR_WEIGHTS)
-        kind = question_kind(query)
-        if kind is not None:
-            weights[:2] = WHEN_WEIGHTS if kind == "when" else LIST_WEIGHTS
         fused = fuse(rankings, weights)
         matched |= around
         if speaker is not None:
@@ -343,20 +329,6 @@ async def _hybrid_search(
             rankings.append([row_id for row_id in fused if row_id in said])
             weights.append(SPEAKER_WEIGHT)
             fused = fuse(rankings, weights)
-        if FEEDBACK_WEIGHT > 0:
-            again = await _feedback(session, nearest_sql, params, embedding, fused[:FEEDBACK_TOP])
-            if again:
-                rankings.append([row_id for row_id, _ in again])
-                weights.append(FEEDBACK_WEIGHT)
-                fused = fuse(rankings, weights)
-                if FEEDBACK_COUNTS:
-                    matched |= close_enough(again, closeness.floor, closeness.margin)
-        if ENTITY_WEIGHT > 0:
-            linked = await _linked(session, scope, params, fused[:ENTITY_TOP], skip_event)
-            if linked:
-                rankings.append(linked)
-                weights.append(ENTITY_WEIGHT)
-                fused = fuse(rankings, weights)
         if days is not None:
             on_days = await _on_days(session, params, fused, days, timezone)
             rankings.append(on_days)
@@ -375,52 +347,6 @@ async def _hybrid_search(
     hits = [found[row_id] for row_id in wanted if row_id in found]
     pages = max(1, math.ceil(len(fused) / page_size))
     return Page(hits, page, pages, len(fused), matches if matches > len(fused) else None)
-
-
-async def _linked(
-    session: AsyncSession,
-    scope: Scope,
-    params: dict[str, Any],
-    best: list[int],
-    skip_event: int | None,
-) -> list[int]:
-    """The messages holding the rare named things of the `best` messages, best first."""
-    rows_sql = _ROWS_SQL.format(text="r.search_text", kind="r.role", rows="messages")
-    texts = [r.text for r in await session.execute(text(rows_sql), {**params, "ids": best})]
-    things = named_things(texts)
-    if not things:
-        return []
-    words = await keywords.weights(session, scope, things)
-    rare = [w for w in words if w.held <= max(2, ENTITY_HELD * w.corpus)]
-    scored = await keywords.best_scored(session, scope, rare, DEPTH, skip_event)
-    return [row_id for row_id, _ in scored]
-
-
-_MEAN_SQL = """
-SELECT CAST(avg(CAST(v.embedding AS vector)) AS text) FROM message_vectors v
-WHERE v.tenant_id = :tenant AND v.agent_id = :agent AND v.message_id = ANY(:ids)
-"""
-
-
-async def _feedback(
-    session: AsyncSession,
-    nearest_sql: str,
-    params: dict[str, Any],
-    embedding: Sequence[float],
-    best: list[int],
-) -> list[tuple[int, float]]:
-    """(id, similarity to the moved query) of the rows nearest the query moved toward the
-    mean of `best`'s vectors (Rocchio's feedback, in meaning)."""
-    mean = await session.scalar(text(_MEAN_SQL), {**params, "ids": best})
-    if mean is None:
-        return []
-    centre = [float(x) for x in mean.strip("[]").split(",")]
-    query = list(embedding)
-    scale_q = math.sqrt(sum(x * x for x in query)) or 1.0
-    scale_c = math.sqrt(sum(x * x for x in centre)) or 1.0
-    moved = [q / scale_q + FEEDBACK_MIX * c / scale_c for q, c in zip(query, centre, strict=True)]
-    rows = (await session.execute(text(nearest_sql), {**params, "q": str(moved)})).all()
-    return [(r.id, 1 - r.distance) for r in rows]
 
 
 async def _on_days(
