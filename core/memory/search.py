@@ -19,10 +19,9 @@ list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a
 by both rises, and a row without a vector yet is still found by its words. The fused list
 is `DEPTH` deep per side, so "page p of n" counts that list. When the query names one
 speaker (`speaker`: a role), that speaker's messages of the fused list are ranked once more,
-so they come first without the other side's being left out; the messages naming the same
-rare names (people, places, things) as the best hits are ranked too; when it names days (`days`,
-core.memory.dates), the messages of those days are ranked once more the same way, and the
-best few of them count as results.
+so they come first without the other side's being left out; so are the messages naming the
+rare names the best hits name; when it names days (`days`, core.memory.dates), the messages
+of those days are ranked once more the same way, and the best few of them count as results.
 """
 
 from __future__ import annotations
@@ -54,7 +53,6 @@ from core.memory.ranking import (
     Closeness,
     close_enough,
     fuse,
-    named_things,
     word_matches,
 )
 from core.scope import Scope
@@ -334,7 +332,9 @@ async def _hybrid_search(
             rankings.append([row_id for row_id in fused if row_id in said])
             weights.append(SPEAKER_WEIGHT)
             fused = fuse(rankings, weights)
-        linked = await _linked(session, scope, params, fused[:ENTITY_TOP], skip_event)
+        linked = await keywords.naming_the_same(
+            session, scope, fused[:ENTITY_TOP], ENTITY_HELD, DEPTH, skip_event
+        )
         if linked:
             rankings.append(linked)
             weights.append(ENTITY_WEIGHT)
@@ -357,27 +357,6 @@ async def _hybrid_search(
     hits = [found[row_id] for row_id in wanted if row_id in found]
     pages = max(1, math.ceil(len(fused) / page_size))
     return Page(hits, page, pages, len(fused), matches if matches > len(fused) else None)
-
-
-async def _linked(
-    session: AsyncSession,
-    scope: Scope,
-    params: dict[str, Any],
-    best: list[int],
-    skip_event: int | None,
-) -> list[int]:
-    """The messages holding the rare names (`named_things`) of the `best` messages, best
-    first. A name most messages hold (the member's, said in every greeting) is left out."""
-    rows_sql = _ROWS_SQL.format(text="r.search_text", kind="r.role", rows="messages")
-    texts = [r.text for r in await session.execute(text(rows_sql), {**params, "ids": best})]
-    names = named_things(texts)
-    if not names:
-        return []
-    words = await keywords.weights(session, scope, names)
-    rare = [w for w in words if w.held <= max(2, ENTITY_HELD * w.corpus)]
-    return [
-        row_id for row_id, _ in await keywords.best_scored(session, scope, rare, DEPTH, skip_event)
-    ]
 
 
 async def _on_days(
