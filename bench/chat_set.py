@@ -6,10 +6,11 @@
 How it was made: every sentence below was written for this repository (no third-party data,
 nothing from LoCoMo or any corpus, nothing machine-translated). Each conversation is two
 friends (the member and the companion, names drawn from a list) over twenty dated sessions.
-Each of them has a few things they do, make, visit, keep and worry about (the topics below),
-each topic told as three or four first-person lines in different sessions that never name
-the topic ("Went climbing at the gym, my forearms are done" for activities), some of them
-split over two turns ("Guess what I made last night!" / "What?" / "Banana bread, ..."). The
+Each of them has five of the topics below (what they do to stay active, cook, visit, keep,
+worry about, make, their family), each told as two to four first-person lines in different
+sessions that never name the topic ("Went climbing at the gym tonight, ..." for activities),
+some split over two turns ("Guess what I made from scratch yesterday!" / "What?" / "Ramen!
+The broth took eight hours ..."). The
 rest is everyday small talk and replies. Questions name one of the two people, in the third
 person, as LoCoMo's do:
 
