@@ -327,3 +327,29 @@ async def test_the_days_a_search_names_are_the_members_days(sessions):
         in_nz, _ = await find_messages(nz, query)
     assert {hit.created_at.day for hit in in_utc.hits[:3]} == {5, 6, 7}
     assert {hit.created_at.day for hit in in_nz.hits[:3]} == {4, 5, 6}  # in UTC
+
+
+async def test_a_message_naming_what_the_best_hit_names_comes_up_with_it(sessions):
+    """Five lines about kittens; the member's own kitten is Pebble. The later line about
+    Pebble is long, so far down by words and by meaning alike (sixth: page 2), but the best
+    hit names Pebble, and so does it: it is on the first page, second."""
+    pebble = "Pebble knocked the blue vase off the shelf again, that kitten is pure chaos today"
+    lines = [
+        ("user", "there was a kitten in the shop window on the corner of our street"),
+        ("assistant", "so sweet"),
+        ("user", "our new kitten Pebble"),
+        ("assistant", "lovely name"),
+        ("user", "my sister wants a kitten too but her landlord says no pets"),
+        ("assistant", "ha"),
+        ("user", "the kitten videos my friends send me online are funny"),
+        ("assistant", "they are"),
+        ("user", "the kitten next door cries all night long at the door"),
+        ("assistant", "poor thing"),
+        ("user", pebble),
+        ("assistant", "oh no"),
+    ]
+    scope = await _agent_with(sessions, lines)
+    query = "kitten"
+    async with sessions() as session:
+        found = await recall_search(session, scope, query, 1, 5, None, embed_text(query, 16))
+    assert [hit.text for hit in found.hits][:2] == ["our new kitten Pebble", pebble]

@@ -8,6 +8,7 @@ from core.memory.ranking import (
     close_enough,
     fuse,
     named_speaker,
+    named_things,
     word_matches,
 )
 
@@ -102,3 +103,14 @@ def test_a_row_holding_only_the_querys_common_words_is_no_result():
     assert word_matches(scored) == {1, 2, 3}  # at least half the best score
     assert word_matches(scored, ratio=0.0) == {1, 2, 3, 4}
     assert word_matches([]) == set()
+
+
+def test_the_names_a_message_writes_with_a_capital_are_its_named_things():
+    texts = [
+        "Took the night train to Vienna, slept well. Hey Maya, we saw Sam at the Louvre!",
+        "Biscuit chewed a charger. Vienna was cold",
+    ]
+    # a sentence's first word is not a name; each name once, in order
+    assert named_things(texts) == "Vienna Maya Sam Louvre"
+    assert named_things(["we walked Biscuit"]) == "Biscuit"
+    assert named_things(["うちの猫の名前はミソです", "no names here at all"]) == ""

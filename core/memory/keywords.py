@@ -6,6 +6,8 @@
                                             the best rows holding any of them, best first
     best(session, scope, weights, limit, skip, index)
                                             the ids of the best `limit`
+    naming_the_same(session, scope, ids, held, limit, skip, index)
+                                            the best rows holding the rare names `ids` write
     MESSAGES, PASSAGES                      the two indexes: `message_words`, `passage_words`
 
 A message's score is the sum of the weights of the query's words it holds, over
@@ -28,6 +30,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from core.memory.ranking import named_things
 from core.scope import Scope
 
 # The query's words the agent's rows hold, each weighed by the counts in {terms}.{rows}.
@@ -204,3 +207,31 @@ async def best_scored(
     sql = _BEST_SQL.format(scored=_scored(index, skip_event))
     params = {**_params(scope, words, skip_event), "limit": limit}
     return [(row.id, row.score) for row in await session.execute(text(sql), params)]
+
+
+_TEXTS_SQL = """
+SELECT {text} AS text FROM {rows} r
+WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
+"""
+
+
+async def naming_the_same(
+    session: AsyncSession,
+    scope: Scope,
+    ids: list[int],
+    held: float,
+    limit: int,
+    skip_event: int | None = None,
+    index: Index = MESSAGES,
+) -> list[int]:
+    """The ids of the `limit` best rows holding the names (`ranking.named_things`) that the
+    rows `ids` write, those of them at most a share `held` of the agent's rows hold (two
+    rows at least): a name said in every greeting, or "I'm", is left out."""
+    params = {"tenant": scope.tenant_id, "agent": scope.agent_id, "ids": ids}
+    sql = _TEXTS_SQL.format(text=index.text, rows=index.rows)
+    names = named_things(r.text for r in await session.execute(text(sql), params))
+    if not names:
+        return []
+    words = await weights(session, scope, names, index)
+    rare = [w for w in words if w.held <= max(2, held * w.corpus)]
+    return await best(session, scope, rare, limit, skip_event, index)

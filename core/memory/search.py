@@ -19,9 +19,9 @@ list) are ranked too, and the two lists are fused by reciprocal rank (`fuse`): a
 by both rises, and a row without a vector yet is still found by its words. The fused list
 is `DEPTH` deep per side, so "page p of n" counts that list. When the query names one
 speaker (`speaker`: a role), that speaker's messages of the fused list are ranked once more,
-so they come first without the other side's being left out; when it names days (`days`,
-core.memory.dates), the messages of those days are ranked once more the same way, and the
-best few of them count as results.
+so they come first without the other side's being left out; so are the messages naming the
+rare names the best hits name; when it names days (`days`, core.memory.dates), the messages
+of those days are ranked once more the same way, and the best few of them count as results.
 """
 
 from __future__ import annotations
@@ -43,6 +43,9 @@ from core.memory.ranking import (
     DATE_RESULTS,
     DATE_WEIGHT,
     DEPTH,
+    ENTITY_HELD,
+    ENTITY_TOP,
+    ENTITY_WEIGHT,
     NEIGHBOUR_WEIGHTS,
     RESULTS_CAP,
     SPEAKER_WEIGHT,
@@ -328,6 +331,13 @@ async def _hybrid_search(
             }
             rankings.append([row_id for row_id in fused if row_id in said])
             weights.append(SPEAKER_WEIGHT)
+            fused = fuse(rankings, weights)
+        linked = await keywords.naming_the_same(
+            session, scope, fused[:ENTITY_TOP], ENTITY_HELD, DEPTH, skip_event
+        )
+        if linked:
+            rankings.append(linked)
+            weights.append(ENTITY_WEIGHT)
             fused = fuse(rankings, weights)
         if days is not None:
             on_days = await _on_days(session, params, fused, days, timezone)
