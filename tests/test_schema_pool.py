@@ -116,6 +116,8 @@ CHANGES = {
     "a sequence's step": ["ALTER SEQUENCE messages_id_seq INCREMENT BY 2"],
     "a comment": ["COMMENT ON TABLE meta IS 'changed'"],
     "a default": ["ALTER TABLE meta ALTER COLUMN value SET DEFAULT 'x'"],
+    "the schema dropped": ["DROP SCHEMA {schema} CASCADE"],
+    "the schema renamed": ["ALTER SCHEMA {schema} RENAME TO {schema}_renamed"],
     "column statistics": [
         "INSERT INTO spent_links (nonce, expires_at) VALUES ('n', now())",
         "ANALYZE spent_links",
@@ -127,7 +129,7 @@ CHANGES = {
 async def test_a_schema_whose_definitions_changed_is_never_handed_out_again(pg_url, change):
     pool = _pool(pg_url)
     name = await pool.take()
-    await as_superuser(pg_url, name, *CHANGES[change])
+    await as_superuser(pg_url, name, *(sql.format(schema=name) for sql in CHANGES[change]))
     pool.give_back(name)
     await changed_is_dropped(pg_url, name)
 
