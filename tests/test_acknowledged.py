@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 from core.models import Event
 from tests.conftest import COMPANION, ROOT
 from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
+from tests.forked import Process, spawn
 from tests.test_run import free_port, slack_http_env
 
 SEED = 8
@@ -112,10 +113,10 @@ class Companion:
 
     def __init__(self, env: dict, http: aiohttp.ClientSession, port: int) -> None:
         self.env, self.http, self.port = env, http, port
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: Process | None = None
 
     async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
+        self.proc = await spawn(
             *COMPANION,
             "run",
             env=self.env,
