@@ -72,6 +72,7 @@ from core.runtime.presence import Presence
 from core.wire.health import WireHealth
 from core.wire.outage import Outage
 from tests.fake_openai import FakeOpenAI
+from tests.forked import spawn
 from tests.schema_pool import SchemaPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -493,8 +494,9 @@ COMMAND_SECONDS = 60  # the most one `companion` command may take in a test
 
 
 async def companion(env: dict, *args: str, stdin: str = "") -> Run:
-    """Run `companion ARGS` as a subprocess with `stdin` piped in (so never a terminal)."""
-    proc = await asyncio.create_subprocess_exec(
+    """Run `companion ARGS` as a subprocess with `stdin` piped in (so never a terminal),
+    forked from a parent that has imported Companion already (tests/forked.py)."""
+    proc = await spawn(
         *COMPANION,
         *args,
         stdin=asyncio.subprocess.PIPE,

@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.chaos.model import Brain
 from tests.conftest import COMPANION, ROOT
 from tests.fake_openai import FakeOpenAI
+from tests.forked import Process, spawn
 
 READY_SECONDS = 45.0
 STOP_SECONDS = 45.0  # `companion run` gives turns 30 s after SIGTERM
@@ -39,7 +40,7 @@ DATABASE_BACK_SECONDS = 60.0  # the campaign restarts the database: its own read
 class Generation:
     name: str
     log: Path
-    proc: asyncio.subprocess.Process | None = None
+    proc: Process | None = None
     model: FakeOpenAI | None = None
     ready: bool = False
     ended_by: str = ""  # "SIGKILL", "SIGTERM", or "" while running
@@ -106,7 +107,7 @@ class Processes:
         await gen.model.start()
         env = {**self.env, "OPENAI_BASE_URL": gen.model.base_url}
         log = gen.log.open("wb")
-        gen.proc = await asyncio.create_subprocess_exec(
+        gen.proc = await spawn(
             *module,
             *args,
             env=env,
@@ -235,10 +236,8 @@ class Processes:
         run.ended, run.returncode, run.stderr = time.monotonic(), proc.returncode, err.decode()
         return run
 
-    async def _import_process(
-        self, path: Path, tenant: str, user: str, model_url: str
-    ) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+    async def _import_process(self, path: Path, tenant: str, user: str, model_url: str) -> Process:
+        return await spawn(
             *COMPANION,
             "import",
             str(path),
