@@ -18,10 +18,11 @@ start, beside the new events, the bot finishes what a previous process left behi
 pending events are handled and replies that never went out are sent.
 
 SIGTERM or SIGINT: Slack takes no new requests (those in flight store their event first, up
-to STORE_GRACE_SECONDS) and the scheduler stops; then the turns and deliveries in flight get
-the rest of GRACE_SECONDS, Discord's client staying connected meanwhile (its replies go out
-through it; what it still receives is stored and handled like the rest). A turn that does
-not finish in time stays pending in the database and resumes on the next start.
+to STORE_GRACE_SECONDS) and the scheduler starts no more jobs; then the turns, deliveries
+and jobs in flight get the rest of GRACE_SECONDS, Discord's client staying connected
+meanwhile (its replies go out through it; what it still receives is stored and handled like
+the rest). A turn that does not finish in time stays pending in the database and resumes on
+the next start.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -58,9 +59,28 @@ RETENTION_SECONDS = 3600  # communities whose grace period is over are erased wi
 REDELIVER_AFTER = timedelta(seconds=30)  # live handlers deliver within that; then we retry
 
 
+def in_flight(
+    activity: Activity, name: str, job: Callable[[], Coroutine[Any, Any, None]]
+) -> Callable[[], Awaitable[None]]:
+    """`job` for the scheduler, run as work in progress (`activity.start`): a stop waits for
+    it as for a turn. The scheduler's shutdown cancels the jobs it is running; that left an
+    opener or a backlog turn cut off midway, and an ERROR with a traceback in the log at
+    every stop that met one. Now the shutdown cancels only the wait; the work goes on
+    within the stop's grace (past it, it stays pending: `finish_in_flight`)."""
+
+    async def run() -> None:
+        task = activity.start(job(), name)
+        with suppress(asyncio.CancelledError):  # the scheduler's shutdown
+            await asyncio.shield(task)
+
+    return run
+
+
 @asynccontextmanager
 async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
-    """The scheduler's jobs; what they send goes through the engine's `Platforms`."""
+    """The scheduler's jobs, each work in progress (`in_flight`); what they send goes
+    through the engine's `Platforms`."""
+    activity = app.engine.activity
 
     async def scheduler_pass() -> None:
         report = await tick(app.engine, app.engine.clock())
@@ -74,7 +94,7 @@ async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
 
     scheduler = AsyncIOScheduler(timezone="UTC")
     scheduler.add_job(
-        scheduler_pass,
+        in_flight(activity, "the scheduler's pass", scheduler_pass),
         "interval",
         seconds=TICK_SECONDS,
         id="tick",
@@ -88,7 +108,7 @@ async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
             log.info("redelivered replies of %d events, %d still failing", done, failing)
 
     scheduler.add_job(
-        redelivery,
+        in_flight(activity, "redelivery", redelivery),
         "interval",
         seconds=TICK_SECONDS,
         id="redeliver",
@@ -103,7 +123,11 @@ async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
             )
 
     scheduler.add_job(
-        retention, "interval", seconds=RETENTION_SECONDS, id="retention", max_instances=1
+        in_flight(activity, "retention", retention),
+        "interval",
+        seconds=RETENTION_SECONDS,
+        id="retention",
+        max_instances=1,
     )
 
     async def backlog() -> None:
@@ -111,7 +135,7 @@ async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
             await app.engine.outbox.redeliver(timedelta(0))
 
     scheduler.add_job(
-        backlog,
+        in_flight(activity, "the backlog", backlog),
         "interval",
         seconds=RESUME_EVERY_SECONDS,
         id="resume",
