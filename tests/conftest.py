@@ -72,7 +72,6 @@ from core.runtime.presence import Presence
 from core.wire.health import WireHealth
 from core.wire.outage import Outage
 from tests.fake_openai import FakeOpenAI
-from tests.forked import spawn
 from tests.schema_pool import SchemaPool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -494,9 +493,8 @@ COMMAND_SECONDS = 60  # the most one `companion` command may take in a test
 
 
 async def companion(env: dict, *args: str, stdin: str = "") -> Run:
-    """Run `companion ARGS` as a subprocess with `stdin` piped in (so never a terminal),
-    forked from a parent that has imported Companion already (tests/forked.py)."""
-    proc = await spawn(
+    """Run `companion ARGS` as a subprocess with `stdin` piped in (so never a terminal)."""
+    proc = await asyncio.create_subprocess_exec(
         *COMPANION,
         *args,
         stdin=asyncio.subprocess.PIPE,

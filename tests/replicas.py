@@ -32,7 +32,6 @@ from aiohttp import web
 from adapters.common import SORRY
 from tests.conftest import COMPANION
 from tests.fake_slack import TEAM, FakeSlack, signed
-from tests.forked import Process, spawn
 from tests.rigs import slack_envelope
 
 SECRET = "replica-secret"
@@ -93,7 +92,7 @@ class Replicas:
     env: dict[str, str]  # cli_env of the database, without the Slack and HTTP settings
     api: FakeSlack
     ports: list[int]
-    procs: dict[int, Process] = field(default_factory=dict)
+    procs: dict[int, asyncio.subprocess.Process] = field(default_factory=dict)
     logs: dict[int, list[bytes]] = field(default_factory=dict)
     tokens: dict[int, str] = field(default_factory=dict)  # port -> the token of its life
     killed: list[str] = field(default_factory=list)  # tokens of the lives killed
@@ -111,7 +110,9 @@ class Replicas:
             "COMPANION_HTTP_PORT": str(port),
             "COMPANION_RATE_LIMIT": "off",
         }
-        proc = await spawn(*COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
+        )
         self.procs[port] = proc
         self.logs.setdefault(port, [])
         assert proc.stderr is not None

@@ -24,7 +24,6 @@ from sqlalchemy import func, select
 from core.models import Event
 from tests.conftest import COMPANION, ROOT
 from tests.fake_slack import BOT_USER, TEAM, FakeSlack, signed
-from tests.forked import Process, spawn
 from tests.test_run import free_port, slack_http_env
 
 SEED = 8
@@ -113,10 +112,10 @@ class Companion:
 
     def __init__(self, env: dict, http: aiohttp.ClientSession, port: int) -> None:
         self.env, self.http, self.port = env, http, port
-        self.proc: Process | None = None
+        self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
-        self.proc = await spawn(
+        self.proc = await asyncio.create_subprocess_exec(
             *COMPANION,
             "run",
             env=self.env,
@@ -218,7 +217,7 @@ async def test_every_acknowledged_event_survives_sigkill(rig, sessions):
         lambda: len(slack.acked) == len(dms) and all(answered(api, d) for d in dms), TIMEOUT
     )
     err = await companion.stop()
-    assert "Traceback" not in err, err[err.find("Traceback") - 300 :][:3000]
+    assert "Traceback" not in err
     stored = await stored_counts(sessions)
     lost = [d.text for d in slack.acked if stored.get(d.dedup_key) != 1]
     unanswered = [d.text for d in slack.acked if not answered(api, d)]

@@ -60,7 +60,6 @@ from tests.fake_openai import (
     summary_of,
 )
 from tests.fault_driver import Everywhere
-from tests.forked import Process, spawn
 
 DRIVER = ["-m", "tests.fault_driver"]
 TIMEOUT = 60  # seconds for one driver run, or for it to reach its kill point
@@ -89,8 +88,8 @@ class Bot:
     def seen(self) -> list[str]:
         return self.seen_file.read_text().splitlines() if self.seen_file.exists() else []
 
-    async def start(self, *args: str, **env: str) -> Process:
-        return await spawn(
+    async def start(self, *args: str, **env: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             sys.executable,
             *DRIVER,
             *args,
@@ -122,7 +121,7 @@ class Bot:
         assert self.mark.read_text() == point
 
     @staticmethod
-    async def kill_when(proc: Process, ready: Any) -> None:
+    async def kill_when(proc: asyncio.subprocess.Process, ready: Any) -> None:
         """SIGKILL `proc` as soon as `ready()` is true (failing if it ends or never gets there)."""
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline:
@@ -285,7 +284,9 @@ async def test_a_terminal_member_cut_off_by_a_crash_sees_the_reply_at_the_next_s
     env = cli_env(fake, pg_url, schema)
     chat = [*COMPANION, "chat", "--user", "alice"]
     pipes = {"stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.PIPE}
-    first = await spawn(*chat, stdin=asyncio.subprocess.PIPE, env=env, cwd=ROOT, **pipes)
+    first = await asyncio.create_subprocess_exec(
+        *chat, stdin=asyncio.subprocess.PIPE, env=env, cwd=ROOT, **pipes
+    )
     assert first.stdin is not None
     first.stdin.write(f"{TEXT}\n".encode())
     await first.stdin.drain()
@@ -294,7 +295,9 @@ async def test_a_terminal_member_cut_off_by_a_crash_sees_the_reply_at_the_next_s
     finally:
         release.set()
 
-    second = await spawn(*chat, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT, **pipes)
+    second = await asyncio.create_subprocess_exec(
+        *chat, stdin=asyncio.subprocess.DEVNULL, env=env, cwd=ROOT, **pipes
+    )
     out, err = await asyncio.wait_for(second.communicate(), TIMEOUT)
 
     assert second.returncode == 0, err.decode()

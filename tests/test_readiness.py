@@ -23,15 +23,14 @@ from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_discord import FakeDiscord, user
 from tests.fake_openai import is_summary_request, say, summary_of
 from tests.fake_slack import FakeSlack
-from tests.forked import Process, spawn
 from tests.test_run import free_port, slack_http_env
 
 BOT = user(1_400_000_000_000_000_010, "Companion", bot=True)
 APP_ID = 1_400_000_000_000_000_011
 
 
-async def start(env: dict[str, str]) -> Process:
-    return await spawn(
+async def start(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
         *COMPANION, "run", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
 
@@ -58,7 +57,7 @@ async def until_ready_state(port: int, check, seconds: float = 30.0) -> dict[str
     raise AssertionError(f"/readyz never got there; last {last}")
 
 
-async def stop(proc: Process, within: float = 35.0) -> tuple[int, str]:
+async def stop(proc: asyncio.subprocess.Process, within: float = 35.0) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
     _, err = await asyncio.wait_for(proc.communicate(), within)

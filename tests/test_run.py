@@ -9,7 +9,6 @@ import aiohttp
 
 from tests.conftest import COMPANION, cli_env, run_cli
 from tests.fake_slack import FakeSlack, signed
-from tests.forked import spawn
 from tests.rigs import slack_envelope
 
 
@@ -57,7 +56,7 @@ async def test_run_serves_slack_over_http_and_stops_on_sigterm(fake, pg_url, sch
     root = f"http://127.0.0.1:{port}"
     async with FakeSlack() as api:
         env = slack_http_env(fake, pg_url, schema, api, port)
-        proc = await spawn(
+        proc = await asyncio.create_subprocess_exec(
             *COMPANION,
             "run",
             env=env,

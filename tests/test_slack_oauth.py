@@ -38,7 +38,6 @@ from core.sealing import Sealer
 from core.tenants.tenancy import Tenancy
 from tests.conftest import COMPANION, ROOT, cli_env, run_cli
 from tests.fake_slack import CLIENT_ID, CLIENT_SECRET, FakeSlack, settle, signed
-from tests.forked import spawn
 from tests.rigs import slack_envelope, slack_ts
 from tests.test_run import free_port, wait_for
 
@@ -290,7 +289,9 @@ async def test_companion_run_serves_the_install_flow_for_any_workspace(fake, pg_
             COMPANION_HTTP_HOST="127.0.0.1",
             COMPANION_HTTP_PORT=str(port),
         )
-        proc = await spawn(*COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION, "run", env=env, stderr=asyncio.subprocess.PIPE
+        )
         try:
             rig = Distributed(None, api, None, None, root)  # type: ignore[arg-type]
             async with aiohttp.ClientSession() as http:

@@ -17,7 +17,6 @@ from bot.web.render import usage_chart
 from core.errors import ConfigError
 from core.members.community import UsageDay
 from tests.conftest import COMPANION, cli_env, run_cli
-from tests.forked import spawn
 from tests.inspector_site import TENANT, seed, serve_inspector
 from tests.test_run import free_port
 
@@ -63,7 +62,7 @@ async def test_companion_web_serves_the_inspector_and_link_signs_in(fake, pg_url
     )
     env.pop("OPENAI_API_KEY"), env.pop("COMPANION_MODEL")  # the inspector needs no model
     env.pop("COMPANION_OPS_PUBLIC")  # as deployed: the operator's pages off the public port
-    proc = await spawn(
+    proc = await asyncio.create_subprocess_exec(
         *COMPANION, "web", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     try:

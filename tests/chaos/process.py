@@ -29,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.chaos.model import Brain
 from tests.conftest import COMPANION, ROOT
 from tests.fake_openai import FakeOpenAI
-from tests.forked import Process, spawn
 
 READY_SECONDS = 45.0
 STOP_SECONDS = 45.0  # `companion run` gives turns 30 s after SIGTERM
@@ -40,7 +39,7 @@ DATABASE_BACK_SECONDS = 60.0  # the campaign restarts the database: its own read
 class Generation:
     name: str
     log: Path
-    proc: Process | None = None
+    proc: asyncio.subprocess.Process | None = None
     model: FakeOpenAI | None = None
     ready: bool = False
     ended_by: str = ""  # "SIGKILL", "SIGTERM", or "" while running
@@ -107,7 +106,7 @@ class Processes:
         await gen.model.start()
         env = {**self.env, "OPENAI_BASE_URL": gen.model.base_url}
         log = gen.log.open("wb")
-        gen.proc = await spawn(
+        gen.proc = await asyncio.create_subprocess_exec(
             *module,
             *args,
             env=env,
@@ -236,8 +235,10 @@ class Processes:
         run.ended, run.returncode, run.stderr = time.monotonic(), proc.returncode, err.decode()
         return run
 
-    async def _import_process(self, path: Path, tenant: str, user: str, model_url: str) -> Process:
-        return await spawn(
+    async def _import_process(
+        self, path: Path, tenant: str, user: str, model_url: str
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
             *COMPANION,
             "import",
             str(path),
