@@ -58,9 +58,9 @@ chat: $(BIN)/companion  ## install (runtime only), then chat with your own agent
 # are one group, for one worker), the browser's process alongside them (its output shown
 # when both are done): the workers wait on Postgres and on the processes they start, so a
 # third one fills the cores the first two leave idle. Measured on this 2-core machine,
-# one run after another with nothing else running, Dec 4 (1,241 tests + 14 in the browser;
-# CPU: everything the run started, Postgres included): two workers 5:41 (567 s of CPU),
-# three 4:45 (524 s), four 5:13 (586 s; one test red, since fixed). `make test WORKERS=0`
+# one run after another with nothing else running, Dec 4 evening (1,265 tests + 14 in the
+# browser; CPU: everything the run started, Postgres included): two workers 3:38 (321 s of
+# CPU), three 3:14-3:20 (339-352 s), four 3:17 (364 s). `make test WORKERS=0`
 # runs everything in one process, the browser's after.
 # Python's compiled modules are written, also where the environment says not to
 # (PYTHONDONTWRITEBYTECODE, as on this machine): otherwise every process of the run, each
