@@ -8,6 +8,7 @@
                                             the ids of the best `limit`
     naming_the_same(session, scope, ids, held, limit, skip, index)
                                             the best rows holding the rare names `ids` write
+    rows_sql(index)                         the query of rows `:ids` with their text
     MESSAGES, PASSAGES                      the two indexes: `message_words`, `passage_words`
 
 A message's score is the sum of the weights of the query's words it holds, over
@@ -209,10 +210,15 @@ async def best_scored(
     return [(row.id, row.score) for row in await session.execute(text(sql), params)]
 
 
-_TEXTS_SQL = """
-SELECT {text} AS text FROM {rows} r
+_ROWS_SQL = """
+SELECT r.id, {text} AS text, {kind} AS kind, r.created_at FROM {rows} r
 WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
 """
+
+
+def rows_sql(index: Index) -> str:
+    """The agent's rows `:ids` of `index` (id, text, kind, created_at), in no order."""
+    return _ROWS_SQL.format(text=index.text, kind=index.kind, rows=index.rows)
 
 
 async def naming_the_same(
@@ -228,8 +234,7 @@ async def naming_the_same(
     rows `ids` write, those of them at most a share `held` of the agent's rows hold (two
     rows at least): a name said in every greeting, or "I'm", is left out."""
     params = {"tenant": scope.tenant_id, "agent": scope.agent_id, "ids": ids}
-    sql = _TEXTS_SQL.format(text=index.text, rows=index.rows)
-    names = named_things(r.text for r in await session.execute(text(sql), params))
+    names = named_things(r.text for r in await session.execute(text(rows_sql(index)), params))
     if not names:
         return []
     words = await weights(session, scope, names, index)

@@ -260,11 +260,6 @@ WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
   AND r.created_at < ((CAST(:last AS timestamp) + interval '1 day') AT TIME ZONE :tz)
 """
 
-_ROWS_SQL = """
-SELECT r.id, {text} AS text, {kind} AS kind, r.created_at FROM {rows} r
-WHERE r.tenant_id = :tenant AND r.agent_id = :agent AND r.id = ANY(:ids)
-"""
-
 
 def _columns(table: str) -> dict[str, str]:
     if table == "messages":
@@ -351,8 +346,8 @@ async def _hybrid_search(
     wanted = fused[(page - 1) * page_size : page * page_size]
     found = {}
     if wanted:
-        rows_sql = _ROWS_SQL.format(text=index.text, kind=index.kind, rows=index.rows)
-        result = await session.execute(text(rows_sql), {**params, "ids": wanted})
+        rows = text(keywords.rows_sql(index))
+        result = await session.execute(rows, {**params, "ids": wanted})
         found = {r.id: Hit(r.id, r.text, r.kind, r.created_at) for r in result}
     hits = [found[row_id] for row_id in wanted if row_id in found]
     pages = max(1, math.ceil(len(fused) / page_size))
