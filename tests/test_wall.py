@@ -110,14 +110,18 @@ async def test_a_shadowing_search_path_cannot_unset_the_scope(pg_url, schema, se
             )
         )
         await connection.execute(text(f"GRANT USAGE ON SCHEMA {schema}_shadow TO PUBLIC"))
-    await admin.dispose()
-    ann = await _member_with_data(sessions, "g1", "ann", "ann-secret")
-    await _member_with_data(sessions, "g1", "bob", "bob-secret")
-    async with sessions() as session, session.begin():
-        path = f"{schema}_shadow, pg_catalog, {schema}, public"
-        await session.execute(text(f"SET LOCAL search_path = {path}"))
-        await enter_scope(session, ann)
-        assert await _seen(session) == {ann.agent_id}
+    try:
+        ann = await _member_with_data(sessions, "g1", "ann", "ann-secret")
+        await _member_with_data(sessions, "g1", "bob", "bob-secret")
+        async with sessions() as session, session.begin():
+            path = f"{schema}_shadow, pg_catalog, {schema}, public"
+            await session.execute(text(f"SET LOCAL search_path = {path}"))
+            await enter_scope(session, ann)
+            assert await _seen(session) == {ann.agent_id}
+    finally:  # the schema pool hands this test's schema on; the shadow is no part of it
+        async with admin.begin() as connection:
+            await connection.execute(text(f"DROP SCHEMA {schema}_shadow CASCADE"))
+        await admin.dispose()
 
 
 async def test_operator_work_outside_any_scope_sees_every_member(sessions):
