@@ -117,6 +117,16 @@ def test_the_names_a_message_writes_with_a_capital_are_its_named_things():
     assert named_things(["うちの猫の名前はミソです", "no names here at all"]) == ""
 
 
+def test_names_are_read_in_every_script_with_capitals():
+    """Cyrillic, Greek and accented Latin names count as Latin ones do; a lower-case word,
+    a number or a sentence's first word does not."""
+    texts = [
+        "Вчера мы ездили в Казань с Мурзиком. Город красивый",
+        "we met Élodie and Ödön at 7pm, then Σοφία",
+    ]
+    assert named_things(texts) == "Казань Мурзиком Élodie Ödön Σοφία"
+
+
 def test_a_hit_holding_thousands_of_names_gives_the_first_few():
     """A pasted list of 3,000 capitalised words made a search that met it run over a minute
     (its names all looked up): only the first ENTITY_NAMES are."""

@@ -111,8 +111,9 @@ def word_matches(scored: Sequence[tuple[int, float]], ratio: float | None = None
     return {row_id for row_id, score in scored if score >= ratio * best}
 
 
-# A word with a capital that does not begin a sentence: "we drove to Lisbon", "called Miso".
-_NAMED = re.compile(r"(?<![.!?:]\s)(?<=\s)([A-Z][\w'-]{2,})")
+# A word with a letter first that does not begin a sentence: "we drove to Lisbon", "called
+# Miso", "мы ездили в Казань"; `named_things` keeps those written with a capital.
+_NAMED = re.compile(r"(?<![.!?:]\s)(?<=\s)([^\W\d_][\w'-]{2,})")
 
 
 def named_things(texts: Iterable[str]) -> str:
@@ -124,10 +125,17 @@ def named_things(texts: Iterable[str]) -> str:
     did I name the kitten?" finds "We adopted a kitten, we called her Pebble"; later lines
     say "Pebble"), so the search looks for those names too. A sentence's first word is not
     taken (it has a capital anyway); a common word such as "I'm" is, and the search leaves it
-    out by how many messages hold it. Scripts without capitals give none.
+    out by how many messages hold it. Any script with capitals counts (Latin, Cyrillic,
+    Greek, Armenian); scripts without capitals give none.
     """
-    found = {match: None for words in texts for match in _NAMED.findall(words)}
-    return " ".join(list(found)[:ENTITY_NAMES])
+    found: dict[str, None] = {}
+    for words in texts:
+        for match in _NAMED.finditer(words):
+            if match[0][0].isupper():
+                found[match[0]] = None
+                if len(found) == ENTITY_NAMES:
+                    return " ".join(found)
+    return " ".join(found)
 
 
 def clean_query(query: str, names: Iterable[str]) -> str:
