@@ -22,7 +22,9 @@ untimed, pages 1 and --deep-page; --cjk-share of the messages written in 100 ide
 whose bigrams the CJK query asks for): what `conversation_search` and `archival_search` run with
 1,000 characters (`core.memory.tools.MAX_QUERY_CHARS`) of distinct words of the messages'
 own vocabulary, of CJK characters (a bigram each), and of one word repeated; and the web
-inspector's search (key words only) with 200 characters of distinct words.
+inspector's search (key words only) with 200 characters of distinct words; and the
+QUERY_LEXEMES words most messages hold (the dearest query once a query is weighed by that
+many words).
 
 Bulk load: the secondary indexes of messages, passages and their vector tables are dropped;
 messages go in with COPY (text), their words are listed and counted into message_words and
@@ -86,6 +88,7 @@ from bench.common import (
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.dates import Days
+from core.memory.keywords import QUERY_LEXEMES
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.terms import COUNT_PASSAGES, LIST_PASSAGES, REBUILD_ALL
 from core.memory.tools import MAX_QUERY_CHARS
@@ -296,6 +299,19 @@ def one_word(rng: random.Random, chars: int) -> str:
     return " ".join([word] * ((chars + 1) // (len(word) + 1)))
 
 
+async def commonest_words(session: AsyncSession, scope: Scope, n: int) -> str:
+    """The `n` words most of the agent's messages hold (as stored: stems, which read back as
+    themselves): the dearest query a cap on the number of words leaves."""
+    rows = await session.execute(
+        text(
+            "SELECT lexeme FROM message_terms WHERE tenant_id = :tenant AND agent_id = :agent "
+            "AND lexeme ~ '^[a-z]+$' ORDER BY messages DESC LIMIT :n"
+        ),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": n},
+    )
+    return " ".join(rows.scalars())
+
+
 async def timed_queries(
     sessions: async_sessionmaker[AsyncSession],
     scope: Scope,
@@ -444,6 +460,8 @@ async def main() -> None:
         long_cjk = [cjk(rng, MAX_QUERY_CHARS) for _ in range(many)]
         repeated = [one_word(rng, MAX_QUERY_CHARS) for _ in range(many)]
         web = [distinct_words(rng, WEB_QUERY_CHARS) for _ in range(many)]
+        async with sessions() as session:
+            commonest = await commonest_words(session, target, QUERY_LEXEMES)
         hostile = [
             (
                 f"recall_search (words + embedding), {MAX_QUERY_CHARS:,} chars of distinct words",
@@ -456,6 +474,10 @@ async def main() -> None:
             (
                 f"recall_search (words + embedding), {MAX_QUERY_CHARS:,} chars of one word",
                 [hybrid_recall(q, v) for q, v in zip(repeated, hostile_vectors, strict=True)],
+            ),
+            (
+                f"recall_search (words + embedding), the {QUERY_LEXEMES} commonest words",
+                [hybrid_recall(commonest, v) for v in hostile_vectors],
             ),
             (
                 f"recall_search (key words only), {WEB_QUERY_CHARS} chars (the web inspector)",
