@@ -17,6 +17,15 @@ index is not yet in the buffer cache, an agent's index in use is). The query vec
 given: the time to embed a query (about 2-15 ms with the local model, see bench/README.md)
 is not included.
 
+Hostile queries at the caps a member can reach (--hostile-queries of each, after a few
+untimed, pages 1 and --deep-page; --cjk-share of the messages written in 100 ideographs,
+whose bigrams the CJK query asks for): what `conversation_search` and `archival_search` run with
+1,000 characters (`core.memory.tools.MAX_QUERY_CHARS`) of distinct words of the messages'
+own vocabulary, of CJK characters (a bigram each), and of one word repeated; and the web
+inspector's search (key words only) with 200 characters of distinct words; and the
+QUERY_LEXEMES words most messages hold (the dearest query once a query is weighed by that
+many words).
+
 Bulk load: the secondary indexes of messages, passages and their vector tables are dropped;
 messages go in with COPY (text), their words are listed and counted into message_words and
 message_terms (core.memory.terms.REBUILD_ALL), their vectors (into message_vectors) and the
@@ -58,6 +67,13 @@ from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bench.common import (
+    ACTIVITIES,
+    ADJECTIVES,
+    FEELINGS,
+    NAMES,
+    PEOPLE,
+    PLACES,
+    THINGS,
     Database,
     bench_database,
     chat_line,
@@ -72,8 +88,10 @@ from bench.common import (
 from core.config import EngineConfig
 from core.directory import ensure_agent
 from core.memory.dates import Days
+from core.memory.keywords import QUERY_LEXEMES
 from core.memory.search import Page, archival_search, recall_by_date, recall_search
 from core.memory.terms import COUNT_PASSAGES, LIST_PASSAGES, REBUILD_ALL
+from core.memory.tools import MAX_QUERY_CHARS
 from core.scope import Scope, enter_scope
 
 T0 = datetime(2024, 1, 1, 8, 0, tzinfo=UTC)
@@ -113,12 +131,22 @@ def spread(n: int, agents: list[Scope]) -> list[Scope]:
     return [agents[i % len(agents)] for i in range(n)]
 
 
-def message_records(owners: list[Scope], days: int, seed: int) -> list[tuple]:
+# A CJK message is written from these characters, so its bigrams repeat as a language's do.
+HAN = "".join(chr(0x4E00 + i) for i in range(0, 2000, 20))
+
+
+def cjk_line(rng: random.Random) -> str:
+    return "".join(rng.choice(HAN) for _ in range(rng.randrange(10, 60)))
+
+
+def message_records(
+    owners: list[Scope], days: int, seed: int, cjk_share: float = 0.0
+) -> list[tuple]:
     rng = random.Random(seed)
     step = days * 86400 / max(len(owners), 1)
     records = []
     for i, owner in enumerate(owners):
-        line = chat_line(rng)
+        line = cjk_line(rng) if cjk_share and rng.random() < cjk_share else chat_line(rng)
         role = "user" if i % 2 == 0 else "assistant"
         when = T0 + timedelta(seconds=i * step)
         records.append((owner.tenant_id, owner.agent_id, role, line, line, 0, False, when))
@@ -152,7 +180,7 @@ async def load(
             raw, ["messages", "message_vectors", "passages", "passage_vectors"]
         )
         owners = [target] * args.rows + spread(args.other_rows, others)
-        records = message_records(owners, args.days, args.seed)
+        records = message_records(owners, args.days, args.seed, args.cjk_share)
         await watch.time(
             f"COPY {len(records):,} messages",
             raw.copy_records_to_table("messages", records=records, columns=MESSAGE_COLUMNS),
@@ -237,19 +265,66 @@ async def load(
 
 Search = Callable[[AsyncSession, int], Awaitable[Page]]
 
+WEB_QUERY_CHARS = 200  # bot/web/member.py cuts the inspector's search to this
+VOCABULARY = sorted(
+    {
+        word.lower()
+        for words in (PEOPLE, NAMES, ACTIVITIES, THINGS, FEELINGS, ADJECTIVES, PLACES)
+        for phrase in words
+        for word in phrase.split()
+        if word != "the"
+    }
+)
+
+
+def distinct_words(rng: random.Random, chars: int) -> str:
+    """Distinct words of the messages' vocabulary, shuffled, up to `chars` characters."""
+    words = VOCABULARY[:]
+    rng.shuffle(words)
+    query = ""
+    for word in words:
+        if len(query) + len(word) + 1 > chars:
+            break
+        query = f"{query} {word}" if query else word
+    return query
+
+
+def cjk(rng: random.Random, chars: int) -> str:
+    """`chars` ideographs of the CJK messages' (`HAN`): a bigram each to look up."""
+    return "".join(rng.choice(HAN) for _ in range(chars))
+
+
+def one_word(rng: random.Random, chars: int) -> str:
+    word = rng.choice(THINGS)
+    return " ".join([word] * ((chars + 1) // (len(word) + 1)))
+
+
+async def commonest_words(session: AsyncSession, scope: Scope, n: int) -> str:
+    """The `n` words most of the agent's messages hold (as stored: stems, which read back as
+    themselves): the dearest query a cap on the number of words leaves."""
+    rows = await session.execute(
+        text(
+            "SELECT lexeme FROM message_terms WHERE tenant_id = :tenant AND agent_id = :agent "
+            "AND lexeme ~ '^[a-z]+$' ORDER BY messages DESC LIMIT :n"
+        ),
+        {"tenant": scope.tenant_id, "agent": scope.agent_id, "n": n},
+    )
+    return " ".join(rows.scalars())
+
 
 async def timed_queries(
     sessions: async_sessionmaker[AsyncSession],
     scope: Scope,
     searches: list[Search],
     warmup: int,
+    pages: tuple[int, int] = (1, 3),
 ) -> dict[int, tuple[list[float], list[int]]]:
-    """Run every search at pages 1 and 3, each in its own transaction inside the member's
+    """Run every search at `pages`, each in its own transaction inside the member's
     wall (as a turn runs them); seconds and totals of all but the first `warmup` searches,
     which warm the caches as an agent's earlier searches would."""
-    results: dict[int, tuple[list[float], list[int]]] = {1: ([], []), 3: ([], [])}
+    results: dict[int, tuple[list[float], list[int]]] = {page: ([], []) for page in pages}
     for i, search in enumerate(searches):
-        for page in (1, 3):
+        for page in pages:
             async with sessions() as session, session.begin():
                 await enter_scope(session, scope)
                 start = time.perf_counter()
@@ -306,6 +381,10 @@ async def main() -> None:
     parser.add_argument("--days", type=int, default=730, help="time span of the messages")
     parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index builds")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--cjk-share", type=float, default=0.0, help="messages in CJK")
+    parser.add_argument("--hostile-queries", type=int, default=10, help="timed, per kind")
+    parser.add_argument("--deep-page", type=int, default=20, help="the hostile kinds' 2nd page")
+    parser.add_argument("--hostile-only", action="store_true", help="skip the normal kinds")
     args = parser.parse_args()
     args.other_rows = args.rows if args.other_rows is None else args.other_rows
     if args.dim >= 1000:
@@ -374,11 +453,56 @@ async def main() -> None:
             ("archival_search (embedding, no words)", [nearest(v) for v in vectors]),
             ("archival_search (key words only)", [keywords(q) for q in questions]),
         ]
+        hostile_warmup = 3
+        many = hostile_warmup + args.hostile_queries
+        hostile_vectors = [unit_vector(rng, args.dim) for _ in range(many)]
+        long_words = [distinct_words(rng, MAX_QUERY_CHARS) for _ in range(many)]
+        long_cjk = [cjk(rng, MAX_QUERY_CHARS) for _ in range(many)]
+        repeated = [one_word(rng, MAX_QUERY_CHARS) for _ in range(many)]
+        web = [distinct_words(rng, WEB_QUERY_CHARS) for _ in range(many)]
+        async with sessions() as session:
+            commonest = await commonest_words(session, target, QUERY_LEXEMES)
+        hostile = [
+            (
+                f"recall_search (words + embedding), {MAX_QUERY_CHARS:,} chars of distinct words",
+                [hybrid_recall(q, v) for q, v in zip(long_words, hostile_vectors, strict=True)],
+            ),
+            (
+                f"recall_search (words + embedding), {MAX_QUERY_CHARS:,} CJK characters",
+                [hybrid_recall(q, v) for q, v in zip(long_cjk, hostile_vectors, strict=True)],
+            ),
+            (
+                f"recall_search (words + embedding), {MAX_QUERY_CHARS:,} chars of one word",
+                [hybrid_recall(q, v) for q, v in zip(repeated, hostile_vectors, strict=True)],
+            ),
+            (
+                f"recall_search (words + embedding), the {QUERY_LEXEMES} commonest words",
+                [hybrid_recall(commonest, v) for v in hostile_vectors],
+            ),
+            (
+                f"recall_search (key words only), {WEB_QUERY_CHARS} chars (the web inspector)",
+                [recall(q) for q in web],
+            ),
+            (
+                f"recall_search (key words only), {MAX_QUERY_CHARS:,} chars of distinct words",
+                [recall(q) for q in long_words],
+            ),
+            (
+                f"archival_search (words + embedding), {MAX_QUERY_CHARS:,} chars of distinct words",
+                [hybrid_archival(q, v) for q, v in zip(long_words, hostile_vectors, strict=True)],
+            ),
+        ]
+        timed = [(label, searches, args.warmup, (1, 3)) for label, searches in kinds]
+        if args.hostile_only:
+            timed = [timed[0], timed[2], timed[4]]  # the normal queries to compare with
+        timed += [
+            (label, searches, hostile_warmup, (1, args.deep_page)) for label, searches in hostile
+        ]
         rows = []
-        for label, searches in kinds:
+        for label, searches, warmup, pages in timed:
             log(f"timing {label}")
-            results = await timed_queries(sessions, target, searches, args.warmup)
-            for page in (1, 3):
+            results = await timed_queries(sessions, target, searches, warmup, pages)
+            for page in pages:
                 seconds, totals = results[page]
                 s = stats_ms(seconds)
                 rows.append(
@@ -419,7 +543,8 @@ async def main() -> None:
                     "target agent": f"{args.rows:,} messages, {args.rows:,} passages",
                     "other agents": f"{args.other_agents}, sharing {args.other_rows:,} messages "
                     f"and {args.other_rows:,} passages",
-                    "messages": f"1-3 generated English sentences, over {args.days} days",
+                    "messages": f"1-3 generated English sentences ({args.cjk_share:.0%} "
+                    f"in CJK), over {args.days} days",
                     "passages": f"2-6 sentences; random unit vectors, {args.dim} dimensions",
                     "queries": f"{args.queries} per kind (after {args.warmup} others, "
                     f"untimed), pages 1 and 3, page_size {size}, one transaction each, "

@@ -5,8 +5,10 @@ from datetime import UTC, date, datetime, timedelta
 
 from core.config import EngineConfig
 from core.directory import ensure_agent
+from core.memory import keywords
 from core.memory.search import archival_search, recall_by_date, recall_search
 from core.memory.store import AgentStore
+from core.memory.tools import MAX_QUERY_CHARS
 from tests.fake_openai import embed_text
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -118,3 +120,31 @@ async def test_vector_search_stays_within_the_agent_among_many(sessions):
         page = await archival_search(session, mine, "cooking", embed_text("cooking note", 16))
     assert len(page.hits) == 5 and all(h.text.startswith("my note") for h in page.hits)
     assert page.pages == 2
+
+
+async def test_a_long_query_is_weighed_by_its_rarest_words_only(sessions):
+    """A query of 1,000 characters of the member's common words (the model may be asked to
+    send one) reads only the rows of its QUERY_LEXEMES rarest words, and its rare word still
+    finds its message, among messages and passages alike."""
+    # Forty words, each the whole of 2 to 5 messages (the later ones commoner), and one
+    # message of a word said once.
+    common = [f"kw{i:02d}" for i in range(40)]
+    texts = [word for i, word in enumerate(common) for _ in range(2 + i // 10)] + ["zeppelin"]
+    async with sessions() as session, session.begin():
+        scope = await ensure_agent(session, "t", "u", EngineConfig())
+        store = AgentStore(session, scope, EngineConfig().max_message_tokens)
+        for i, text in enumerate(texts):
+            when = T0 + timedelta(minutes=i)
+            await store.append(when, role="user", content=text, search_text=text)
+            await store.add_passage(text, when, "agent", None)
+    words = " ".join(common + ["zeppelin"])
+    query = " ".join([words] * (MAX_QUERY_CHARS // (len(words) + 1)))
+    assert len(query) <= MAX_QUERY_CHARS and len(set(query.split())) == 41
+    rarest = {"zeppelin", *common[: keywords.QUERY_LEXEMES - 1]}  # by count, then by name
+    async with sessions() as session:
+        for index in (keywords.MESSAGES, keywords.PASSAGES):
+            weighed = await keywords.weights(session, scope, query, index)
+            assert {w.lexeme for w in weighed} == rarest
+        found = await recall_search(session, scope, query)
+        passages = await archival_search(session, scope, query, None)
+    assert found.hits[0].text == "zeppelin" and passages.hits[0].text == "zeppelin"

@@ -10,6 +10,7 @@
                                             the best rows holding the rare names `ids` write
     rows_sql(index)                         the query of rows `:ids` with their text
     MESSAGES, PASSAGES                      the two indexes: `message_words`, `passage_words`
+    QUERY_LEXEMES                           the most words a query is weighed by, its rarest
 
 A message's score is the sum of the weights of the query's words it holds, over
 1 + 0.1 ln(1 + its number of distinct words): BM25 without term-frequency saturation, which
@@ -34,18 +35,33 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from core.memory.ranking import named_things
 from core.scope import Scope
 
-# The query's words the agent's rows hold, each weighed by the counts in {terms}.{rows}.
+# A query is weighed by its QUERY_LEXEMES rarest words the agent's rows hold. The scoring
+# reads every row holding any of them, so a long query of common words (1,000 characters of
+# them, which `conversation_search` takes and a member can ask the model to send) read a
+# large part of the agent's index: at 100,000 messages and passages 170 ms a recall search
+# and 280 ms an archival one (p95 260 and 320), against 20 for a question (p95 26); 55 and
+# 88 ms with the cap (bench/README.md, "Long queries"). A question has a handful of words,
+# far fewer; the rarest are the ones that rank, and the cheapest to read. Round, chosen
+# before measuring: LoCoMo's figures are the same with it.
+QUERY_LEXEMES = 32
+
+# The query's words the agent's rows hold, each weighed by the counts in {terms}.{rows}:
+# the QUERY_LEXEMES rarest of them.
 _WEIGHTS_SQL = """
-SELECT t.lexeme,
-       CAST(ln(1 + (n.{rows} - s.{rows} + 0.5) / (s.{rows} + 0.5)) AS float8) AS idf,
-       s.{rows} AS held, n.{rows} AS corpus
-FROM (
-    SELECT DISTINCT lexeme FROM unnest(companion_query_words(:query)) lexeme
-) t
-JOIN {terms} s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
-JOIN {terms} n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
-WHERE s.{rows} > 0
-ORDER BY t.lexeme
+SELECT lexeme, idf, held, corpus FROM (
+    SELECT t.lexeme,
+           CAST(ln(1 + (n.{rows} - s.{rows} + 0.5) / (s.{rows} + 0.5)) AS float8) AS idf,
+           s.{rows} AS held, n.{rows} AS corpus
+    FROM (
+        SELECT DISTINCT lexeme FROM unnest(companion_query_words(:query)) lexeme
+    ) t
+    JOIN {terms} s ON s.tenant_id = :tenant AND s.agent_id = :agent AND s.lexeme = t.lexeme
+    JOIN {terms} n ON n.tenant_id = :tenant AND n.agent_id = :agent AND n.lexeme = ''
+    WHERE s.{rows} > 0
+    ORDER BY s.{rows}, t.lexeme
+    LIMIT {most}
+) w
+ORDER BY lexeme
 """
 
 # Each row holding one of the words, scored; {skip}: the messages of the event being
@@ -104,7 +120,7 @@ MESSAGES = Index(
     "messages",
     "r.search_text",
     "r.role",
-    _WEIGHTS_SQL.format(terms="message_terms", rows="messages"),
+    _WEIGHTS_SQL.format(terms="message_terms", rows="messages", most=QUERY_LEXEMES),
     _SKIP_EVENT,
 )
 PASSAGES = Index(
@@ -113,7 +129,7 @@ PASSAGES = Index(
     "passages",
     "r.text",
     "coalesce(r.source, '')",
-    _WEIGHTS_SQL.format(terms="passage_terms", rows="passages"),
+    _WEIGHTS_SQL.format(terms="passage_terms", rows="passages", most=QUERY_LEXEMES),
     "",  # a passage is no event's message
 )
 
@@ -130,7 +146,7 @@ async def weights(
     session: AsyncSession, scope: Scope, query: str, index: Index = MESSAGES
 ) -> list[Weight]:
     """The query's words (every lexeme they may be stored as, `companion_query_words`)
-    that the agent's rows hold, weighed."""
+    that the agent's rows hold, weighed: the `QUERY_LEXEMES` rarest, in lexeme order."""
     rows = await session.execute(
         text(index.weights_sql),
         {"query": query, "tenant": scope.tenant_id, "agent": scope.agent_id},
