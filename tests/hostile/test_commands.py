@@ -119,6 +119,10 @@ CLI_CASES = {
         ("tick", "--now", "2026-01-01'; DROP TABLE agents; --"), NOW_MUST
     ),
     "openers-now-garbage": CliCase(("openers", "list", "--now", "../../etc/passwd"), NOW_MUST),
+    # Dates Python can name whose pass cannot be computed: an overflow, or year 0 in UTC.
+    "tick-now-last-second": CliCase(("tick", "--now", "9999-12-31T23:59:59"), NOW_MUST),
+    "tick-now-year-zero-in-utc": CliCase(("tick", "--now", "0001-01-01T00:00+05:00"), NOW_MUST),
+    "usage-days-past-64-bits": CliCase(("usage", "--days", "9" * 30), "--days"),
     "export-hostile-names": CliCase(
         ("export", "--tenant", "../../etc", "--user", "'; DROP TABLE users; --"), "no agent"
     ),
