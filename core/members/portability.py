@@ -14,7 +14,7 @@ not a second model of the tables: it stops at what a file may say.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -113,12 +113,13 @@ def _time(value: Any) -> datetime:
         when = datetime.fromisoformat(value) if isinstance(value, str) else value
     except ValueError:
         when = None
-    if not isinstance(when, datetime) or when.tzinfo is None:
-        got = repr(value)[:60]
-        raise PydanticCustomError(
-            "time", "not an ISO-8601 time with a time zone: {got}", {"got": got}
-        )
-    return when
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        try:  # in UTC, as stored: 0001-01-01T00:00+05:00 is no time Python (or the driver) holds
+            return when.astimezone(UTC)
+        except OverflowError:
+            pass
+    got = repr(value)[:60]
+    raise PydanticCustomError("time", "not an ISO-8601 time with a time zone: {got}", {"got": got})
 
 
 def _name(value: str) -> str:

@@ -153,6 +153,13 @@ CLI_CASES = {
         "created_at",
         export_doc(messages=[{"role": "user", "content": "hi", "created_at": "tomorrow"}]),
     ),
+    "import-date-before-year-one-in-utc": CliCase(
+        ("import", "{file}"),
+        "created_at",
+        export_doc(
+            messages=[{"role": "user", "content": "hi", "created_at": "0001-01-01T00:00+05:00"}]
+        ),
+    ),
     "export-to-missing-dir": CliCase(
         ("export", "--tenant", "cli", "--user", "existing", "--output", "/nonexistent/x.json"),
         "/nonexistent/x.json",
