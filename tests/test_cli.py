@@ -321,6 +321,20 @@ async def test_piped_chat_fails_when_every_reply_was_an_apology(fake, pg_url, sc
     assert run.code == 0 and run.out.splitlines()[-1] == "You said: are you there?", run
 
 
+async def test_piped_chat_says_a_message_too_long_was_not_taken(fake, pg_url, schema):
+    """A piped message over 200,000 characters is refused, not stored: the last line says
+    so, exit 2 (input to fix), not "none of the 1 messages was answered … they are saved"
+    with exit 1, which blamed the model and claimed it kept what it had refused."""
+    env = cli_env(fake, pg_url, schema)
+    run = await run_cli(env, "chat", "--user", "eve", stdin="x" * 250_000 + "\n")
+    line = assert_one_line_error(run)
+    assert line.startswith("companion: that message has 250,000 characters"), line
+    assert not fake.requests
+    run = await run_cli(env, "chat", "--user", "eve", stdin="hello\n" + "x" * 250_000 + "\n")
+    assert run.code == 2 and run.out == "You said: hello\n", run
+    assert "they are saved" not in run.err, run.err
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
