@@ -19,7 +19,18 @@ from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
+YEAR_MINUTES = 525_600  # the most a span in minutes may be: dates a year on hold it
+MAX_DIMENSION = 4000  # pgvector's halfvec, in which vectors are stored (bot/cli.py's too)
+MAX_PORT = 65_535
+
+
+def _int(
+    env: Mapping[str, str],
+    name: str,
+    default: int | None,
+    minimum: int = 1,
+    maximum: int | None = None,
+) -> int | None:
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -29,6 +40,8 @@ def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum:,}, got {value}")
     return value
 
 
@@ -224,7 +237,8 @@ class Settings:
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
             embedding_model=embedding_model(env),
             embedding_dim=embedding_dim(
-                embedding_model(env), _int(env, "COMPANION_EMBEDDING_DIM", None)
+                embedding_model(env),
+                _int(env, "COMPANION_EMBEDDING_DIM", None, maximum=MAX_DIMENSION),
             ),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
@@ -236,7 +250,7 @@ class Settings:
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
             max_output_tokens=_int(env, "COMPANION_MAX_OUTPUT_TOKENS", None, minimum=64),
             model_concurrency=_int(env, "COMPANION_MODEL_CONCURRENCY", 64) or 64,
-            outage_minutes=_int(env, "COMPANION_OUTAGE_MINUTES", 720) or 720,
+            outage_minutes=_int(env, "COMPANION_OUTAGE_MINUTES", 720, maximum=YEAR_MINUTES) or 720,
             temperature=_number(env, "COMPANION_TEMPERATURE", 0, 2, "from 0 to 2, e.g. 0.7"),
             top_p=_number(env, "COMPANION_TOP_P", 0, 1, "from 0 to 1, e.g. 0.9"),
             discord_token=_text(env, "DISCORD_TOKEN"),
@@ -251,13 +265,13 @@ class Settings:
             slack_client_secret=_text(env, "SLACK_CLIENT_SECRET"),
             slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
             http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
-            http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
-            ops_port=_int(env, "COMPANION_OPS_PORT", None),
+            http_port=_int(env, "COMPANION_HTTP_PORT", 3000, maximum=MAX_PORT) or 3000,
+            ops_port=_int(env, "COMPANION_OPS_PORT", None, maximum=MAX_PORT),
             ops_public=_flag(env, "COMPANION_OPS_PUBLIC", False),
             public_url=_public_url(_text(env, "COMPANION_PUBLIC_URL")),
             secret_key=_secret(_text(env, "COMPANION_SECRET_KEY")),
             previous_secret_key=_text(env, "COMPANION_PREVIOUS_SECRET_KEY"),
-            link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15) or 15,
+            link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15, maximum=YEAR_MINUTES) or 15,
             admin_ids=frozenset(
                 part.strip()
                 for part in env.get("COMPANION_ADMIN_IDS", "").split(",")

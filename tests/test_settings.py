@@ -46,6 +46,14 @@ def test_missing_model_settings_are_named_in_one_line():
         {"COMPANION_CONTEXT_WINDOW": "-5"},
         {"COMPANION_EMBEDDING_DIM": "1.5"},
         {"COMPANION_DB_SCHEMA": "x; DROP TABLE users"},
+        # Past what their use holds: each was "unexpected OverflowError", exit 1, at its
+        # first use, or a hint to run `reembed --dim 5000`, which refuses it.
+        {"COMPANION_OUTAGE_MINUTES": "9" * 23},
+        {"COMPANION_LINK_MINUTES": "9" * 23},
+        {"COMPANION_LINK_MINUTES": "6000000000"},
+        {"COMPANION_HTTP_PORT": "70000"},
+        {"COMPANION_OPS_PORT": "9" * 23},
+        {"COMPANION_EMBEDDING_DIM": "5000", "COMPANION_EMBEDDING_MODEL": "text-embedding-3"},
     ],
 )
 def test_bad_values_are_clear_errors(env):
