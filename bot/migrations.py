@@ -64,10 +64,15 @@ def _upgrade(connection: Any, embedding_dim: int, progress: Progress) -> None:
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
     config.attributes["on_version_apply"] = applied
-    before = MigrationContext.configure(connection).get_current_heads()
+    # The version table of the schema migrated (as `current_revisions` reads it), not one
+    # alembic would see further along the search path.
+    schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
+    config.attributes["version_table_schema"] = schema
+    opts = {"version_table_schema": schema}
+    before = MigrationContext.configure(connection, opts=opts).get_current_heads()
     connection.commit()  # each revision then runs in a transaction of its own (env.py)
     command.upgrade(config, "head")
-    after = MigrationContext.configure(connection).get_current_heads()
+    after = MigrationContext.configure(connection, opts=opts).get_current_heads()
     if before != after:  # one line for the whole upgrade (alembic's own are quiet at INFO)
         log.info(
             "database migrated from %s to %s",
@@ -211,11 +216,17 @@ def pending(current: set[str]) -> list[Revision]:
     return needed[::-1]
 
 
+# The schema's own version table: the search path goes on to `public` (for pgvector's
+# types), where another schema's alembic_version would otherwise be read as this one's.
+VERSION_TABLE = "quote_ident(current_schema()) || '.alembic_version'"
+
+
 async def current_revisions(connection: AsyncConnection) -> set[str] | None:
-    """The database's revisions; None for a database Companion never migrated."""
-    if not await connection.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL")):
+    """The schema's revisions; None for a schema Companion never migrated."""
+    table = await connection.scalar(text(f"SELECT to_regclass({VERSION_TABLE})::text"))
+    if table is None:
         return None
-    return set(await connection.scalars(text("SELECT version_num FROM alembic_version")))
+    return set(await connection.scalars(text(f"SELECT version_num FROM {table}")))
 
 
 def _refuse_unknown(current: set[str] | None) -> None:
