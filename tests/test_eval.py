@@ -14,10 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import make_url, text
 
 from bot.database import make_engine
-from bot.eval.locomo import EvidenceLog, parse_evidence
+from bot.eval.locomo import EvidenceLog, parse_evidence, read_samples
+from core.errors import ConfigError
 from tests.conftest import ROOT, cli_env, run_cli
 from tests.fake_openai import (
     calls,
@@ -144,6 +146,15 @@ async def test_eval_leaves_a_database_whose_members_are_in_public_alone(fake, pg
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             await conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
         await admin.dispose()
+
+
+@pytest.mark.parametrize("spec", ["5-2", "a-b", "-1", "1,", "0-99999999999999"])
+def test_conversations_that_name_no_position_are_one_clear_error(spec):
+    """Each was "unexpected ValueError" (exit 1), and a wide range was made into a list
+    before it was checked: "0-99999999999999" ate memory instead of saying the file has 2."""
+    with pytest.raises(ConfigError) as error:
+        read_samples(LOCOMO, spec)
+    assert "--conversations" in str(error.value) or "has 2 conversations" in str(error.value)
 
 
 def test_malformed_evidence_ids_are_repaired_or_reported():
