@@ -120,6 +120,14 @@ def _schema(raw: str) -> str | None:
     return raw or None
 
 
+def _base_url(raw: str | None) -> str | None:
+    """OPENAI_BASE_URL: not an http(s) URL, every model call would fail as if the endpoint
+    were down (members told it is, messages left waiting) rather than as a setting to fix."""
+    if raw and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", raw):
+        raise ConfigError(f"OPENAI_BASE_URL must look like http://localhost:11434/v1, got {raw!r}")
+    return raw
+
+
 def _public_url(raw: str | None) -> str | None:
     if raw and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", raw):
         raise ConfigError(
@@ -231,7 +239,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         data_dir = env.get("COMPANION_DATA_DIR", "").strip()
         return cls(
-            openai_base_url=env.get("OPENAI_BASE_URL", "").strip() or None,
+            openai_base_url=_base_url(env.get("OPENAI_BASE_URL", "").strip() or None),
             openai_api_key=env.get("OPENAI_API_KEY", "").strip() or None,
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
