@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.tenant_key import MAX_ID_CHARS
+
 EPILOG = """\
 The model and database come from the environment (OPENAI_API_KEY or OPENAI_BASE_URL,
 COMPANION_MODEL, DATABASE_URL; unset: an embedded database). See the README's Configuration.
@@ -78,6 +80,10 @@ def _name(kind: str) -> Any:
         if text != text.strip() or not text.isprintable():
             raise argparse.ArgumentTypeError(
                 f"a {kind} id has no spaces around it nor control characters: {text!r}"
+            )
+        if len(text) > MAX_ID_CHARS:
+            raise argparse.ArgumentTypeError(
+                f"a {kind} id has at most {MAX_ID_CHARS} characters, not {len(text):,}"
             )
         return text
 

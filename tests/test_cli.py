@@ -296,6 +296,22 @@ async def test_a_blank_or_padded_tenant_or_user_is_refused(fake, pg_url, args):
     assert "id cannot be empty" in last_line or "no spaces around it" in last_line, run.err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("chat", "--user", "u" * 10_000),
+        ("chat", "--tenant", "t" * 10_000),
+        ("import", "export.json", "--tenant", "t" * 300, "--user", "u"),
+    ],
+)
+async def test_an_id_too_long_to_index_is_refused(fake, pg_url, schema, args):
+    """A 10,000-character id was stored until Postgres refused its index row: "the database
+    failed … is it running, and is DATABASE_URL right?", exit 1."""
+    run = await run_cli(cli_env(fake, pg_url, schema), *args, stdin="hello\n")
+    assert run.code == 2 and run.out == "" and "Traceback" not in run.err, run
+    assert "id has at most 255 characters" in run.err.strip().splitlines()[-1], run.err
+
+
 @pytest.mark.parametrize("dim", ["0", "-3", "4001", "100000", "abc"])
 async def test_reembed_refuses_a_dimension_pgvector_cannot_hold(fake, pg_url, dim):
     """Issue 31: `reembed --dim 0` was taken as no --dim and re-embedded everything."""

@@ -41,6 +41,7 @@ from core.memory.tokens import TokenCounter
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
 from core.ports import Embedder, Progress
 from core.scope import Scope, enter_scope
+from core.tenant_key import MAX_ID_CHARS
 
 FORMAT = "companion-export"
 VERSION = 1
@@ -134,8 +135,20 @@ def _name(value: str) -> str:
     return value
 
 
+def _id(value: str) -> str:
+    """A tenant's key or a user's id: one Postgres can index."""
+    if len(value) > MAX_ID_CHARS:
+        raise PydanticCustomError(
+            "id",
+            "has {got} characters, the most an id may have is {most}",
+            {"got": len(value), "most": MAX_ID_CHARS},
+        )
+    return value
+
+
 Text = Annotated[str, AfterValidator(clean_text)]  # Postgres cannot store NUL bytes
 Name = Annotated[str, AfterValidator(_name)]
+Id = Annotated[str, AfterValidator(_name), AfterValidator(_id)]  # a tenant key, a user id
 NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(clean_text)]
 Time = Annotated[datetime, BeforeValidator(_time)]
 Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]  # a Postgres integer
@@ -193,8 +206,8 @@ class PassagePart(Part):
 class Export(Part):
     format: Literal["companion-export"]
     version: Literal[1]
-    tenant: Name | None = None
-    user: Name | None = None
+    tenant: Id | None = None
+    user: Id | None = None
     display_name: Name | None = None
     blocks: list[BlockPart]
     messages: list[MessagePart]

@@ -160,6 +160,10 @@ CLI_CASES = {
             messages=[{"role": "user", "content": "hi", "created_at": "0001-01-01T00:00+05:00"}]
         ),
     ),
+    # An id Postgres cannot index: "the database failed … is it running?", exit 1.
+    "import-user-id-too-long": CliCase(
+        ("import", "{file}"), "the most an id may have is 255", export_doc(user="w" * 300)
+    ),
     "export-to-missing-dir": CliCase(
         ("export", "--tenant", "cli", "--user", "existing", "--output", "/nonexistent/x.json"),
         "/nonexistent/x.json",
