@@ -38,6 +38,7 @@ from core.events import EventStatus, clean_text
 from core.memory.bulk import fit_in_view, store_messages
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
+from core.memory.tools import MAX_NAME_CHARS
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
 from core.ports import Embedder, Progress
 from core.scope import Scope, enter_scope
@@ -159,7 +160,10 @@ class Part(BaseModel):
 
 
 class BlockPart(Part):
-    label: NonEmpty
+    # As long as the model's functions may name (and Postgres can index: the key holds it).
+    label: Annotated[
+        str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(clean_text)
+    ]
     value: Text
     limit: Count | None = None
 

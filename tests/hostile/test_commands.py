@@ -164,6 +164,11 @@ CLI_CASES = {
     "import-user-id-too-long": CliCase(
         ("import", "{file}"), "the most an id may have is 255", export_doc(user="w" * 300)
     ),
+    "import-block-label-too-long": CliCase(
+        ("import", "{file}"),
+        "blocks[0].label",
+        export_doc(blocks=[{"label": os.urandom(5000).hex(), "value": "x", "limit": 2000}]),
+    ),
     "export-to-missing-dir": CliCase(
         ("export", "--tenant", "cli", "--user", "existing", "--output", "/nonexistent/x.json"),
         "/nonexistent/x.json",
