@@ -230,6 +230,17 @@ def _levels(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
 
 
+def _count(text: str) -> int:
+    """--limit, --sessions: 1 or more (0 was read as not given, -1 as "all but the last")."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"1 or more, not {count}")
+    return count
+
+
 def _eval_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "eval",
@@ -240,8 +251,8 @@ def _eval_parser(commands: Any) -> None:
     cmd.add_argument("task", choices=EVAL_TASKS)
     cmd.add_argument("--data", type=Path, required=True, help="LoCoMo JSON file, or nested_kv/")
     cmd.add_argument("--conversations", help='LoCoMo conversations by position: "0-4", "5,7"')
-    cmd.add_argument("--limit", type=int, help="questions per conversation / samples per level")
-    cmd.add_argument("--sessions", type=int, help="dmr: sessions imported (5); openers: (3)")
+    cmd.add_argument("--limit", type=_count, help="questions per conversation / samples per level")
+    cmd.add_argument("--sessions", type=_count, help="dmr: sessions imported (5); openers: (3)")
     cmd.add_argument(
         "--levels", type=_levels, default="1,2,3,4,5,6", help="nested-kv nesting levels"
     )

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import make_url, text
 
+from bot.cli import _parser
 from bot.database import make_engine
 from bot.eval.locomo import EvidenceLog, parse_evidence, read_samples
 from core.errors import ConfigError
@@ -155,6 +156,15 @@ def test_conversations_that_name_no_position_are_one_clear_error(spec):
     with pytest.raises(ConfigError) as error:
         read_samples(LOCOMO, spec)
     assert "--conversations" in str(error.value) or "has 2 conversations" in str(error.value)
+
+
+@pytest.mark.parametrize("option", [("--limit", "-1"), ("--limit", "0"), ("--sessions", "-3")])
+def test_eval_counts_below_one_are_refused(option, capsys):
+    """--limit -1 ran every question but the last of each conversation, and 0 ran 100."""
+    with pytest.raises(SystemExit) as exit:
+        _parser().parse_args(["eval", "dmr", "--data", "x", *option])
+    assert exit.value.code == 2
+    assert f"argument {option[0]}: 1 or more" in capsys.readouterr().err
 
 
 def test_malformed_evidence_ids_are_repaired_or_reported():
