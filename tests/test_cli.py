@@ -351,6 +351,33 @@ async def test_piped_chat_says_a_message_too_long_was_not_taken(fake, pg_url, sc
     assert "they are saved" not in run.err, run.err
 
 
+async def test_a_closed_stdout_is_no_database_failure(fake, pg_url, schema):
+    """`companion export … | head -0`: stdout's reader gone said "the database failed
+    (BrokenPipeError …); is it running, and is DATABASE_URL right?". Now quiet, exit 1."""
+    env = cli_env(fake, pg_url, schema)
+    assert (await run_cli(env, "chat", "--user", "ana", stdin="hello\n")).code == 0
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has left before the first line
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION,
+            "export",
+            "--tenant",
+            "local",
+            "--user",
+            "ana",
+            stdout=writer,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+        )
+    finally:
+        os.close(writer)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, err
+    assert err.decode() == "", err
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
