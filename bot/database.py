@@ -50,7 +50,7 @@ def asyncpg_url(url: str) -> str:
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
             try:  # a port past 65,535 or a broken [IPv6] host, said here, not at connect time
-                urlsplit(url).port
+                _ = urlsplit(url).port
             except ValueError as error:
                 raise ConfigError(f"DATABASE_URL cannot be used: {error}") from None
             return "postgresql+asyncpg://" + url[len(prefix) :]

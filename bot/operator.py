@@ -22,7 +22,6 @@ from core.errors import ConfigError
 from core.events import Purpose
 from core.runtime.tick import TickReport, preview, tick
 
-
 # The times `--now` may name: a pass plans days ahead and looks weeks back from its moment,
 # which Python's dates (years 1 to 9999) must hold.
 EARLIEST_NOW = datetime(1970, 1, 1, tzinfo=UTC)

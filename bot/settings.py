@@ -18,7 +18,6 @@ from core.errors import ConfigError
 from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
 
-
 YEAR_MINUTES = 525_600  # the most a span in minutes may be: dates a year on hold it
 MAX_DIMENSION = 4000  # pgvector's halfvec, in which vectors are stored (bot/cli.py's too)
 MAX_PORT = 65_535

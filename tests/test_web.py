@@ -124,9 +124,7 @@ async def seed_one(engine) -> None:
     )
 
 
-async def test_companion_web_on_a_port_in_use_names_the_port_not_the_database(
-    fake, pg_url, schema
-):
+async def test_companion_web_on_a_port_in_use_names_the_port_not_the_database(fake, pg_url, schema):
     """A port taken by another process was "the database failed (OSError: … address already
     in use); is it running, and is DATABASE_URL right?", exit 1."""
     taken = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
