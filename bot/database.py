@@ -236,7 +236,7 @@ async def open_database(
             url = await serve_as_app_role(url, schema)
         engine = make_engine(url, schema)
         try:
-            held = await migrate(engine, embedding_dim, rewrite_tables, progress)
+            held = await migrate(engine, embedding_dim, rewrite_tables, progress, schema)
             yield async_sessionmaker(engine, expire_on_commit=False), held
         finally:
             await stop_within("the database pool", engine.dispose())

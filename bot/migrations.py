@@ -44,7 +44,7 @@ MANAGED = "deploy/README.md, Managed PostgreSQL"
 Progress = Callable[[str], None]  # hears one line per revision applied
 
 
-def _upgrade(connection: Any, embedding_dim: int, progress: Progress) -> None:
+def _upgrade(connection: Any, embedding_dim: int, progress: Progress, schema: str | None) -> None:
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -64,9 +64,8 @@ def _upgrade(connection: Any, embedding_dim: int, progress: Progress) -> None:
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
     config.attributes["on_version_apply"] = applied
-    # The version table of the schema migrated (as `current_revisions` reads it), not one
+    # A configured schema's own version table (as `current_revisions` reads it), not one
     # alembic would see further along the search path.
-    schema = connection.exec_driver_sql("SELECT current_schema()").scalar()
     config.attributes["version_table_schema"] = schema
     opts = {"version_table_schema": schema}
     before = MigrationContext.configure(connection, opts=opts).get_current_heads()
@@ -148,10 +147,10 @@ async def create_vector(connection: AsyncConnection) -> None:
 
 
 async def _upgrade_to_head(
-    connection: AsyncConnection, embedding_dim: int, progress: Progress
+    connection: AsyncConnection, embedding_dim: int, progress: Progress, schema: str | None
 ) -> None:
     try:
-        await connection.run_sync(_upgrade, embedding_dim, progress)
+        await connection.run_sync(_upgrade, embedding_dim, progress, schema)
         await connection.commit()
     except DBAPIError as error:
         await connection.rollback()
@@ -159,7 +158,7 @@ async def _upgrade_to_head(
         hint = ""
         if getattr(error.orig, "sqlstate", None) == "42501":  # insufficient_privilege
             hint = f"; {user} must own the database or its schema ({MANAGED})"
-        at = ", ".join(sorted(await current_revisions(connection) or ())) or "no revision"
+        at = ", ".join(sorted(await current_revisions(connection, schema) or ())) or "no revision"
         await connection.rollback()
         raise ConfigError(
             f"cannot migrate database {database} as {user}: {_one_line(error)}{hint} "
@@ -216,14 +215,16 @@ def pending(current: set[str]) -> list[Revision]:
     return needed[::-1]
 
 
-# The schema's own version table: the search path goes on to `public` (for pgvector's
-# types), where another schema's alembic_version would otherwise be read as this one's.
-VERSION_TABLE = "quote_ident(current_schema()) || '.alembic_version'"
+async def current_revisions(
+    connection: AsyncConnection, schema: str | None = None
+) -> set[str] | None:
+    """The database's revisions; None for a database Companion never migrated.
 
-
-async def current_revisions(connection: AsyncConnection) -> set[str] | None:
-    """The schema's revisions; None for a schema Companion never migrated."""
-    table = await connection.scalar(text(f"SELECT to_regclass({VERSION_TABLE})::text"))
+    A configured `schema` (COMPANION_DB_SCHEMA, an eval's) is read alone: its search path
+    goes on to `public` (for pgvector's types), whose alembic_version would otherwise be
+    read as its own, and every table of public's used as its."""
+    name = f"{schema}.alembic_version" if schema else "alembic_version"
+    table = await connection.scalar(text("SELECT to_regclass(:name)::text"), {"name": name})
     if table is None:
         return None
     return set(await connection.scalars(text(f"SELECT version_num FROM {table}")))
@@ -255,6 +256,7 @@ async def migrate(
     embedding_dim: int,
     rewrite_tables: bool = True,
     progress: Progress | None = None,
+    schema: str | None = None,
 ) -> int:
     """Bring the schema to the newest revision; returns the dimension the database holds.
 
@@ -263,23 +265,27 @@ async def migrate(
     hears a first line and one per revision applied (else they are logged at DEBUG)."""
     say = progress or (lambda line: log.debug("%s", line))
     async with engine.connect() as connection:
-        current = await current_revisions(connection)
+        current = await current_revisions(connection, schema)
         if current != newest_revisions():
             if not rewrite_tables:
                 _refuse_rewrites(current)
             async with migration_lock(connection):
                 await create_vector(connection)
-                await _apply(connection, embedding_dim, rewrite_tables, say)
+                await _apply(connection, embedding_dim, rewrite_tables, say, schema)
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
         await connection.rollback()
     return int(held)
 
 
 async def _apply(
-    connection: AsyncConnection, embedding_dim: int, rewrite_tables: bool, say: Progress
+    connection: AsyncConnection,
+    embedding_dim: int,
+    rewrite_tables: bool,
+    say: Progress,
+    schema: str | None,
 ) -> None:
     """What is still pending once the lock is ours (another process may have done it)."""
-    current = await current_revisions(connection)
+    current = await current_revisions(connection, schema)
     await connection.rollback()
     _refuse_unknown(current)
     if not rewrite_tables:
@@ -289,4 +295,4 @@ async def _apply(
         at = ", ".join(sorted(current or ())) or "nothing (a new database)"
         many = f"{len(todo)} revisions" if len(todo) > 1 else "1 revision"
         say(f"migrating the database from {at} to {todo[-1].name}: {many}")
-        await _upgrade_to_head(connection, embedding_dim, say)
+        await _upgrade_to_head(connection, embedding_dim, say, schema)
