@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -271,7 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     # exit handlers and flushes still run. Registered once, however often main runs.
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
-    return execute(args)
+    try:
+        return execute(args)
+    except BrokenPipeError:  # stdout's reader left (`companion export … | head`): not "the
+        # database failed", as an OSError is said; quiet, as a pipe's writer is, and stdout
+        # pointed elsewhere so that its flush at exit does not fail again.
+        with contextlib.suppress(OSError, ValueError):  # a stdout with no file (a test's)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

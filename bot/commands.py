@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import getpass
 import json
 import logging
@@ -318,14 +317,8 @@ def execute(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # stdout's reader left (`companion export … | head`): no error
-        # of the database's, as any OSError would be said; quiet, as a pipe's writer is, and
-        # stdout pointed elsewhere so that its flush at exit does not fail again.
-        with contextlib.suppress(OSError, ValueError):  # a stdout with no file (a test's)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
     except Exception as error:
-        if args.debug:
+        if args.debug or isinstance(error, BrokenPipeError):  # bot/cli.py says it (nothing)
             raise
         print(f"companion: {failure_line(error)}", file=sys.stderr)
         return 1
