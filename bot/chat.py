@@ -126,9 +126,10 @@ def unknown_command(text: str) -> str | None:
 
 async def _say(
     engine: Engine, scope: Scope, text: str, out: TextIO, verbose: bool, tty: bool
-) -> bool:
+) -> bool | None:
     """Send one message and show the replies; False when the turn failed (the member got
-    an apology, or a notice that the model is down, instead of an answer)."""
+    an apology, or a notice that the model is down, instead of an answer), None when the
+    message was refused (too long: it is not stored, and stderr says so)."""
     if tty:
         out.write(f"{DIM}companion is thinking…{RESET}")
         out.flush()
@@ -137,7 +138,7 @@ async def _say(
         exchange = await engine.converse(scope, event)
     except EventTooLarge as error:
         sys.stderr.write(f"companion: {error}\n")
-        return False
+        return None
     finally:
         if tty:
             out.write("\r\033[K")
@@ -163,7 +164,8 @@ async def run_chat(
     stdout: TextIO,
 ) -> int:
     """Chat until the input ends; the exit status: 1 when piped messages were sent and
-    every one of them failed (only apologies came back), else 0."""
+    every one of them failed (only apologies came back), 2 when one was refused (too long,
+    not stored), else 0."""
     scope = await engine.agent(tenant, user, display_name=user)
     # Anything an earlier crash left behind goes first: pending events, and replies that
     # were written but never shown (also openers written while the member was away).
@@ -174,12 +176,14 @@ async def run_chat(
     for text in waiting + await engine.outbox.take_waiting(scope):
         stdout.write(f"{CYAN}{BOLD}companion>{RESET} {text}\n" if stdin.isatty() else f"{text}\n")
     if not stdin.isatty():
-        sent = answered = 0
+        sent = answered = refused = 0
         for line in stdin:
             text = line.rstrip("\r\n")
             if text.strip():
-                sent += 1
-                answered += await _say(engine, scope, text, stdout, verbose, tty=False)
+                outcome = await _say(engine, scope, text, stdout, verbose, tty=False)
+                refused += outcome is None
+                sent += outcome is not None
+                answered += bool(outcome)
         if sent and engine.embeddings is not None:
             # Its messages get their vectors before it exits: a script's last message is
             # found by meaning at once, not only when some later process embeds it.
@@ -190,7 +194,7 @@ async def run_chat(
                 "`companion doctor` checks the model endpoint); they are saved\n"
             )
             return 1
-        return 0
+        return 2 if refused else 0  # a message to fix (cut it, or send it as a file)
     try:
         import readline  # noqa: F401  (line editing and history for input())
     except ImportError:

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from core.tenant_key import MAX_ID_CHARS
 
 EPILOG = """\
 The model and database come from the environment (OPENAI_API_KEY or OPENAI_BASE_URL,
@@ -78,6 +82,10 @@ def _name(kind: str) -> Any:
         if text != text.strip() or not text.isprintable():
             raise argparse.ArgumentTypeError(
                 f"a {kind} id has no spaces around it nor control characters: {text!r}"
+            )
+        if len(text) > MAX_ID_CHARS:
+            raise argparse.ArgumentTypeError(
+                f"a {kind} id has at most {MAX_ID_CHARS} characters, not {len(text):,}"
             )
         return text
 
@@ -224,6 +232,17 @@ def _levels(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"not comma-separated numbers: {text!r}") from None
 
 
+def _count(text: str) -> int:
+    """--limit, --sessions: 1 or more (0 was read as not given, -1 as "all but the last")."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"1 or more, not {count}")
+    return count
+
+
 def _eval_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "eval",
@@ -234,8 +253,8 @@ def _eval_parser(commands: Any) -> None:
     cmd.add_argument("task", choices=EVAL_TASKS)
     cmd.add_argument("--data", type=Path, required=True, help="LoCoMo JSON file, or nested_kv/")
     cmd.add_argument("--conversations", help='LoCoMo conversations by position: "0-4", "5,7"')
-    cmd.add_argument("--limit", type=int, help="questions per conversation / samples per level")
-    cmd.add_argument("--sessions", type=int, help="dmr: sessions imported (5); openers: (3)")
+    cmd.add_argument("--limit", type=_count, help="questions per conversation / samples per level")
+    cmd.add_argument("--sessions", type=_count, help="dmr: sessions imported (5); openers: (3)")
     cmd.add_argument(
         "--levels", type=_levels, default="1,2,3,4,5,6", help="nested-kv nesting levels"
     )
@@ -254,7 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     # exit handlers and flushes still run. Registered once, however often main runs.
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
-    return execute(args)
+    try:
+        return execute(args)
+    except BrokenPipeError:  # stdout's reader left (`companion export … | head`): not "the
+        # database failed", as an OSError is said; quiet, as a pipe's writer is, and stdout
+        # pointed elsewhere so that its flush at exit does not fail again.
+        with contextlib.suppress(OSError, ValueError):  # a stdout with no file (a test's)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

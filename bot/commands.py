@@ -318,7 +318,7 @@ def execute(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:
-        if args.debug:
+        if args.debug or isinstance(error, BrokenPipeError):  # bot/cli.py says it (nothing)
             raise
         print(f"companion: {failure_line(error)}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -48,6 +49,10 @@ APP_ROLE = "companion_app"  # the ordinary role the embedded database is served 
 def asyncpg_url(url: str) -> str:
     for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
+            try:  # a port past 65,535 or a broken [IPv6] host, said here, not at connect time
+                _ = urlsplit(url).port
+            except ValueError as error:
+                raise ConfigError(f"DATABASE_URL cannot be used: {error}") from None
             return "postgresql+asyncpg://" + url[len(prefix) :]
     raise ConfigError(f"DATABASE_URL must be a postgresql:// URL, got {url.split(':', 1)[0]}://…")
 
@@ -231,7 +236,7 @@ async def open_database(
             url = await serve_as_app_role(url, schema)
         engine = make_engine(url, schema)
         try:
-            held = await migrate(engine, embedding_dim, rewrite_tables, progress)
+            held = await migrate(engine, embedding_dim, rewrite_tables, progress, schema)
             yield async_sessionmaker(engine, expire_on_commit=False), held
         finally:
             await stop_within("the database pool", engine.dispose())

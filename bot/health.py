@@ -36,6 +36,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from bot.metrics import PrometheusMetrics
+from core.errors import ConfigError
 from core.wire.health import WireHealth
 
 DATABASE_TIMEOUT = 2.0
@@ -138,7 +139,15 @@ async def serving(
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=grace)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as error:  # a port in use, a host that is not this machine's: a setting
+        await runner.cleanup()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} ({error.strerror or error}); check "
+            "COMPANION_HTTP_HOST, COMPANION_HTTP_PORT and COMPANION_OPS_PORT, or stop what "
+            "uses that port"
+        ) from None
     try:
         yield
     finally:

@@ -44,7 +44,7 @@ MANAGED = "deploy/README.md, Managed PostgreSQL"
 Progress = Callable[[str], None]  # hears one line per revision applied
 
 
-def _upgrade(connection: Any, embedding_dim: int, progress: Progress) -> None:
+def _upgrade(connection: Any, embedding_dim: int, progress: Progress, schema: str | None) -> None:
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -64,10 +64,14 @@ def _upgrade(connection: Any, embedding_dim: int, progress: Progress) -> None:
     config.attributes["connection"] = connection
     config.attributes["embedding_dim"] = embedding_dim
     config.attributes["on_version_apply"] = applied
-    before = MigrationContext.configure(connection).get_current_heads()
+    # A configured schema's own version table (as `current_revisions` reads it), not one
+    # alembic would see further along the search path.
+    config.attributes["version_table_schema"] = schema
+    opts = {"version_table_schema": schema}
+    before = MigrationContext.configure(connection, opts=opts).get_current_heads()
     connection.commit()  # each revision then runs in a transaction of its own (env.py)
     command.upgrade(config, "head")
-    after = MigrationContext.configure(connection).get_current_heads()
+    after = MigrationContext.configure(connection, opts=opts).get_current_heads()
     if before != after:  # one line for the whole upgrade (alembic's own are quiet at INFO)
         log.info(
             "database migrated from %s to %s",
@@ -143,10 +147,10 @@ async def create_vector(connection: AsyncConnection) -> None:
 
 
 async def _upgrade_to_head(
-    connection: AsyncConnection, embedding_dim: int, progress: Progress
+    connection: AsyncConnection, embedding_dim: int, progress: Progress, schema: str | None
 ) -> None:
     try:
-        await connection.run_sync(_upgrade, embedding_dim, progress)
+        await connection.run_sync(_upgrade, embedding_dim, progress, schema)
         await connection.commit()
     except DBAPIError as error:
         await connection.rollback()
@@ -154,7 +158,7 @@ async def _upgrade_to_head(
         hint = ""
         if getattr(error.orig, "sqlstate", None) == "42501":  # insufficient_privilege
             hint = f"; {user} must own the database or its schema ({MANAGED})"
-        at = ", ".join(sorted(await current_revisions(connection) or ())) or "no revision"
+        at = ", ".join(sorted(await current_revisions(connection, schema) or ())) or "no revision"
         await connection.rollback()
         raise ConfigError(
             f"cannot migrate database {database} as {user}: {_one_line(error)}{hint} "
@@ -211,11 +215,19 @@ def pending(current: set[str]) -> list[Revision]:
     return needed[::-1]
 
 
-async def current_revisions(connection: AsyncConnection) -> set[str] | None:
-    """The database's revisions; None for a database Companion never migrated."""
-    if not await connection.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL")):
+async def current_revisions(
+    connection: AsyncConnection, schema: str | None = None
+) -> set[str] | None:
+    """The database's revisions; None for a database Companion never migrated.
+
+    A configured `schema` (COMPANION_DB_SCHEMA, an eval's) is read alone: its search path
+    goes on to `public` (for pgvector's types), whose alembic_version would otherwise be
+    read as its own, and every table of public's used as its."""
+    name = f"{schema}.alembic_version" if schema else "alembic_version"
+    table = await connection.scalar(text("SELECT to_regclass(:name)::text"), {"name": name})
+    if table is None:
         return None
-    return set(await connection.scalars(text("SELECT version_num FROM alembic_version")))
+    return set(await connection.scalars(text(f"SELECT version_num FROM {table}")))
 
 
 def _refuse_unknown(current: set[str] | None) -> None:
@@ -244,6 +256,7 @@ async def migrate(
     embedding_dim: int,
     rewrite_tables: bool = True,
     progress: Progress | None = None,
+    schema: str | None = None,
 ) -> int:
     """Bring the schema to the newest revision; returns the dimension the database holds.
 
@@ -252,23 +265,27 @@ async def migrate(
     hears a first line and one per revision applied (else they are logged at DEBUG)."""
     say = progress or (lambda line: log.debug("%s", line))
     async with engine.connect() as connection:
-        current = await current_revisions(connection)
+        current = await current_revisions(connection, schema)
         if current != newest_revisions():
             if not rewrite_tables:
                 _refuse_rewrites(current)
             async with migration_lock(connection):
                 await create_vector(connection)
-                await _apply(connection, embedding_dim, rewrite_tables, say)
+                await _apply(connection, embedding_dim, rewrite_tables, say, schema)
         held = await connection.scalar(text("SELECT value FROM meta WHERE key = 'embedding_dim'"))
         await connection.rollback()
     return int(held)
 
 
 async def _apply(
-    connection: AsyncConnection, embedding_dim: int, rewrite_tables: bool, say: Progress
+    connection: AsyncConnection,
+    embedding_dim: int,
+    rewrite_tables: bool,
+    say: Progress,
+    schema: str | None,
 ) -> None:
     """What is still pending once the lock is ours (another process may have done it)."""
-    current = await current_revisions(connection)
+    current = await current_revisions(connection, schema)
     await connection.rollback()
     _refuse_unknown(current)
     if not rewrite_tables:
@@ -278,4 +295,4 @@ async def _apply(
         at = ", ".join(sorted(current or ())) or "nothing (a new database)"
         many = f"{len(todo)} revisions" if len(todo) > 1 else "1 revision"
         say(f"migrating the database from {at} to {todo[-1].name}: {many}")
-        await _upgrade_to_head(connection, embedding_dim, say)
+        await _upgrade_to_head(connection, embedding_dim, say, schema)

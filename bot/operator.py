@@ -22,17 +22,27 @@ from core.errors import ConfigError
 from core.events import Purpose
 from core.runtime.tick import TickReport, preview, tick
 
+# The times `--now` may name: a pass plans days ahead and looks weeks back from its moment,
+# which Python's dates (years 1 to 9999) must hold.
+EARLIEST_NOW = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_NOW = datetime(9000, 1, 1, tzinfo=UTC)
+
 
 def parse_now(text: str | None) -> datetime:
+    """`--now` in UTC (a time without an offset is UTC), so what is printed with a `Z` is."""
     if not text:
         return datetime.now(UTC)
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
+        moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        moment = None
+    if moment is None or not EARLIEST_NOW <= moment < LATEST_NOW:
         raise ConfigError(
-            f"--now must be an ISO-8601 time like 2026-12-01T09:30Z, got {text!r}"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+            f"--now must be an ISO-8601 time like 2026-12-01T09:30Z, from 1970 to 8999, "
+            f"got {text!r}"
+        )
+    return moment
 
 
 OPENERS_HEADER = "tenant\tuser\tdue (UTC)\tlocal time\tstate\twhy"

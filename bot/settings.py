@@ -19,16 +19,18 @@ from core.local_embedder import LOCAL_DIMENSION
 from core.prices import Price, parse_prices, price_for
 
 
-def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 1) -> int | None:
-    raw = env.get(name, "").strip()
-    if not raw:
+def _int(
+    env: Mapping[str, str], name: str, default: int | None, minimum: int = 1, most: int = 2**63
+) -> int | None:
+    if not (raw := env.get(name, "").strip()):
         return default
     try:
         value = int(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a whole number, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    if not minimum <= value <= most:  # past `most`, what it sets overflows (or is refused)
+        side = f"at least {minimum}" if value < minimum else f"at most {most:,}"
+        raise ConfigError(f"{name} must be {side}, got {value}")
     return value
 
 
@@ -107,11 +109,10 @@ def _schema(raw: str) -> str | None:
     return raw or None
 
 
-def _public_url(raw: str | None) -> str | None:
-    if raw and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", raw):
-        raise ConfigError(
-            f"COMPANION_PUBLIC_URL must look like https://companion.example.org, got {raw!r}"
-        )
+def _url(env: Mapping[str, str], name: str, example: str) -> str | None:
+    """An http(s) URL (OPENAI_BASE_URL without it failed every model call as an outage)."""
+    if (raw := _text(env, name)) and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", raw):
+        raise ConfigError(f"{name} must look like {example}, got {raw!r}")
     return raw.rstrip("/") if raw else None
 
 
@@ -218,13 +219,13 @@ class Settings:
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         data_dir = env.get("COMPANION_DATA_DIR", "").strip()
         return cls(
-            openai_base_url=env.get("OPENAI_BASE_URL", "").strip() or None,
+            openai_base_url=_url(env, "OPENAI_BASE_URL", "http://localhost:11434/v1"),
             openai_api_key=env.get("OPENAI_API_KEY", "").strip() or None,
             model=env.get("COMPANION_MODEL", "").strip() or None,
             context_window=_int(env, "COMPANION_CONTEXT_WINDOW", None),
             embedding_model=embedding_model(env),
             embedding_dim=embedding_dim(
-                embedding_model(env), _int(env, "COMPANION_EMBEDDING_DIM", None)
+                embedding_model(env), _int(env, "COMPANION_EMBEDDING_DIM", None, most=4000)
             ),
             database_url=env.get("DATABASE_URL", "").strip() or None,
             db_schema=_schema(env.get("COMPANION_DB_SCHEMA", "")),
@@ -236,7 +237,7 @@ class Settings:
             model_retries=_int(env, "COMPANION_MODEL_RETRIES", 3, minimum=0) or 0,
             max_output_tokens=_int(env, "COMPANION_MAX_OUTPUT_TOKENS", None, minimum=64),
             model_concurrency=_int(env, "COMPANION_MODEL_CONCURRENCY", 64) or 64,
-            outage_minutes=_int(env, "COMPANION_OUTAGE_MINUTES", 720) or 720,
+            outage_minutes=_int(env, "COMPANION_OUTAGE_MINUTES", 720, most=525_600) or 720,
             temperature=_number(env, "COMPANION_TEMPERATURE", 0, 2, "from 0 to 2, e.g. 0.7"),
             top_p=_number(env, "COMPANION_TOP_P", 0, 1, "from 0 to 1, e.g. 0.9"),
             discord_token=_text(env, "DISCORD_TOKEN"),
@@ -251,13 +252,13 @@ class Settings:
             slack_client_secret=_text(env, "SLACK_CLIENT_SECRET"),
             slack_api_url=_slack_api_url(_text(env, "SLACK_API_URL")),
             http_host=_text(env, "COMPANION_HTTP_HOST") or "0.0.0.0",
-            http_port=_int(env, "COMPANION_HTTP_PORT", 3000) or 3000,
-            ops_port=_int(env, "COMPANION_OPS_PORT", None),
+            http_port=_int(env, "COMPANION_HTTP_PORT", 3000, most=65_535) or 3000,
+            ops_port=_int(env, "COMPANION_OPS_PORT", None, most=65_535),
             ops_public=_flag(env, "COMPANION_OPS_PUBLIC", False),
-            public_url=_public_url(_text(env, "COMPANION_PUBLIC_URL")),
+            public_url=_url(env, "COMPANION_PUBLIC_URL", "https://companion.example.org"),
             secret_key=_secret(_text(env, "COMPANION_SECRET_KEY")),
             previous_secret_key=_text(env, "COMPANION_PREVIOUS_SECRET_KEY"),
-            link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15) or 15,
+            link_minutes=_int(env, "COMPANION_LINK_MINUTES", 15, most=525_600) or 15,
             admin_ids=frozenset(
                 part.strip()
                 for part in env.get("COMPANION_ADMIN_IDS", "").split(",")

@@ -87,7 +87,10 @@ async def usage_report(
     """The report's lines; only the database is needed (not the engine: a quick command)."""
     if days < 1:
         raise ConfigError(f"--days must be 1 or more, got {days}")
-    since = (now - timedelta(days=days - 1)).date()
+    try:
+        since = (now - timedelta(days=days - 1)).date()
+    except OverflowError:  # before the year 1, or past what a timedelta holds
+        raise ConfigError(f"--days reaches back before the year 1: {days}") from None
     async with sessions() as session:
         found = await member_days(session, since, tenant)
     where = f" in {tenant}" if tenant else ""

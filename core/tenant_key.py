@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SEPARATOR = ":"
+# The most characters a tenant's key or a user's id may have: Postgres indexes both, and an
+# index row holds a few thousand bytes (platforms' ids are a few dozen characters at most).
+MAX_ID_CHARS = 255
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ context.configure(
     target_metadata=Base.metadata,
     transaction_per_migration=True,
     on_version_apply=attributes.get("on_version_apply"),
+    version_table_schema=attributes.get("version_table_schema"),
 )
 with context.begin_transaction():
     context.run_migrations()

@@ -296,6 +296,22 @@ async def test_a_blank_or_padded_tenant_or_user_is_refused(fake, pg_url, args):
     assert "id cannot be empty" in last_line or "no spaces around it" in last_line, run.err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("chat", "--user", "u" * 10_000),
+        ("chat", "--tenant", "t" * 10_000),
+        ("import", "export.json", "--tenant", "t" * 300, "--user", "u"),
+    ],
+)
+async def test_an_id_too_long_to_index_is_refused(fake, pg_url, schema, args):
+    """A 10,000-character id was stored until Postgres refused its index row: "the database
+    failed … is it running, and is DATABASE_URL right?", exit 1."""
+    run = await run_cli(cli_env(fake, pg_url, schema), *args, stdin="hello\n")
+    assert run.code == 2 and run.out == "" and "Traceback" not in run.err, run
+    assert "id has at most 255 characters" in run.err.strip().splitlines()[-1], run.err
+
+
 @pytest.mark.parametrize("dim", ["0", "-3", "4001", "100000", "abc"])
 async def test_reembed_refuses_a_dimension_pgvector_cannot_hold(fake, pg_url, dim):
     """Issue 31: `reembed --dim 0` was taken as no --dim and re-embedded everything."""
@@ -319,6 +335,47 @@ async def test_piped_chat_fails_when_every_reply_was_an_apology(fake, pg_url, sc
     # It is back: what waited is answered, and so is what comes now (exit 0).
     run = await run_cli(env, "chat", "--user", "eve", stdin="hello\nare you there?\n")
     assert run.code == 0 and run.out.splitlines()[-1] == "You said: are you there?", run
+
+
+async def test_piped_chat_says_a_message_too_long_was_not_taken(fake, pg_url, schema):
+    """A piped message over 200,000 characters is refused, not stored: the last line says
+    so, exit 2 (input to fix), not "none of the 1 messages was answered … they are saved"
+    with exit 1, which blamed the model and claimed it kept what it had refused."""
+    env = cli_env(fake, pg_url, schema)
+    run = await run_cli(env, "chat", "--user", "eve", stdin="x" * 250_000 + "\n")
+    line = assert_one_line_error(run)
+    assert line.startswith("companion: that message has 250,000 characters"), line
+    assert not fake.requests
+    run = await run_cli(env, "chat", "--user", "eve", stdin="hello\n" + "x" * 250_000 + "\n")
+    assert run.code == 2 and run.out == "You said: hello\n", run
+    assert "they are saved" not in run.err, run.err
+
+
+async def test_a_closed_stdout_is_no_database_failure(fake, pg_url, schema):
+    """`companion export … | head -0`: stdout's reader gone said "the database failed
+    (BrokenPipeError …); is it running, and is DATABASE_URL right?". Now quiet, exit 1."""
+    env = cli_env(fake, pg_url, schema)
+    assert (await run_cli(env, "chat", "--user", "ana", stdin="hello\n")).code == 0
+    reader, writer = os.pipe()
+    os.close(reader)  # the reader has left before the first line
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *COMPANION,
+            "export",
+            "--tenant",
+            "local",
+            "--user",
+            "ana",
+            stdout=writer,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=ROOT,
+        )
+    finally:
+        os.close(writer)
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 1, err
+    assert err.decode() == "", err
 
 
 class Terminal(io.StringIO):

@@ -12,7 +12,7 @@ import re
 from tests.conftest import ROOT
 
 READ = re.compile(
-    r"""(?:env\.get|_int|_text|_flag|_dollars|_number)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']"""
+    r"""(?:env\.get|_int|_text|_flag|_dollars|_number|_url)\(\s*(?:env,\s*)?["']([A-Z][A-Z0-9_]+)["']"""
 )
 READERS = ("bot/settings.py", "bot/embedders.py", "bot/observability.py")  # where env is read
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import text
+import pytest
+from sqlalchemy import make_url, text
 
+from bot.cli import _parser
 from bot.database import make_engine
-from bot.eval.locomo import EvidenceLog, parse_evidence
+from bot.eval.locomo import EvidenceLog, parse_evidence, read_samples
+from core.errors import ConfigError
 from tests.conftest import ROOT, cli_env, run_cli
 from tests.fake_openai import (
     calls,
@@ -106,6 +110,61 @@ async def test_locomo_recall_reports_recall_by_category(fake, pg_url, tmp_path):
     assert any(line.startswith("all but adversarial") for line in lines)
     assert "locomo-recall: 10 of 10 (100%)" in run.err  # progress, plain when not a terminal
     assert await no_eval_schema_left(pg_url)
+
+
+async def _members_messages(url: str) -> int:
+    engine = make_engine(url, pool_size=1)
+    async with engine.connect() as conn:
+        count = await conn.scalar(text("SELECT count(*) FROM public.messages"))
+    await engine.dispose()
+    return int(count or 0)
+
+
+async def test_eval_leaves_a_database_whose_members_are_in_public_alone(fake, pg_url, tmp_path):
+    """Members in `public`, as by default: the eval's schema, whose search path goes on to
+    public (pgvector's types), read public's alembic_version as its own, was never
+    migrated, and the eval ran in the members' tables: its conversations stored among
+    theirs, kept after the schema was dropped, and a second run failed (KeyError)."""
+    name = f"members_{uuid.uuid4().hex[:8]}"
+    admin = make_engine(pg_url, pool_size=1)
+    async with admin.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text(f"CREATE DATABASE {name}"))
+    url = make_url(pg_url).set(database=name).render_as_string(False)
+    try:
+        env = {**cli_env(fake, pg_url), "DATABASE_URL": url}
+        run = await run_cli(env, "chat", "--user", "ana", stdin="remember that I keep bees\n")
+        assert run.code == 0, run
+        before = await _members_messages(url)
+        for attempt in range(2):
+            output = tmp_path / f"report-{attempt}.json"
+            args = ("eval", "locomo-recall", "--data", str(LOCOMO), "--output", str(output))
+            run = await run_cli(env, *args)
+            assert run.code == 0, run.err
+            assert await _members_messages(url) == before, "the eval wrote among the members"
+    finally:
+        async with admin.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
+        await admin.dispose()
+
+
+@pytest.mark.parametrize("spec", ["5-2", "a-b", "-1", "1,", "0-99999999999999"])
+def test_conversations_that_name_no_position_are_one_clear_error(spec):
+    """Each was "unexpected ValueError" (exit 1), and a wide range was made into a list
+    before it was checked: "0-99999999999999" ate memory instead of saying the file has 2."""
+    with pytest.raises(ConfigError) as error:
+        read_samples(LOCOMO, spec)
+    assert "--conversations" in str(error.value) or "has 2 conversations" in str(error.value)
+
+
+@pytest.mark.parametrize("option", [("--limit", "-1"), ("--limit", "0"), ("--sessions", "-3")])
+def test_eval_counts_below_one_are_refused(option, capsys):
+    """--limit -1 ran every question but the last of each conversation, and 0 ran 100."""
+    with pytest.raises(SystemExit) as exit:
+        _parser().parse_args(["eval", "dmr", "--data", "x", *option])
+    assert exit.value.code == 2
+    assert f"argument {option[0]}: 1 or more" in capsys.readouterr().err
 
 
 def test_malformed_evidence_ids_are_repaired_or_reported():

@@ -2,6 +2,7 @@
 
 import pytest
 
+from bot.database import asyncpg_url
 from bot.settings import Settings
 from core.config import EngineConfig, window_for
 from core.errors import ConfigError, ContextTooSmall
@@ -46,6 +47,18 @@ def test_missing_model_settings_are_named_in_one_line():
         {"COMPANION_CONTEXT_WINDOW": "-5"},
         {"COMPANION_EMBEDDING_DIM": "1.5"},
         {"COMPANION_DB_SCHEMA": "x; DROP TABLE users"},
+        # Past what their use holds: each was "unexpected OverflowError", exit 1, at its
+        # first use, or a hint to run `reembed --dim 5000`, which refuses it.
+        {"COMPANION_OUTAGE_MINUTES": "9" * 23},
+        {"COMPANION_LINK_MINUTES": "9" * 23},
+        {"COMPANION_LINK_MINUTES": "6000000000"},
+        {"COMPANION_HTTP_PORT": "70000"},
+        {"COMPANION_OPS_PORT": "9" * 23},
+        {"COMPANION_EMBEDDING_DIM": "5000", "COMPANION_EMBEDDING_MODEL": "text-embedding-3"},
+        # Without its scheme every model call failed as an outage: members told the model
+        # was down, messages left waiting, exit 1.
+        {"OPENAI_BASE_URL": "localhost:11434/v1"},
+        {"OPENAI_BASE_URL": "notaurl"},
     ],
 )
 def test_bad_values_are_clear_errors(env):
@@ -92,3 +105,13 @@ def test_slack_for_any_workspace_is_http_mode():
     settings.require_platform()
     assert settings.slack_oauth and settings.slack_over_http
     assert not Settings.from_env({"SLACK_BOT_TOKEN": "x", "SLACK_APP_TOKEN": "y"}).slack_oauth
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://x@127.0.0.1:99999999/db", "postgresql://[::1", "postgres://u@h:abc/d"]
+)
+def test_a_database_url_that_cannot_be_connected_to_is_a_setting_to_fix(url):
+    """Each was "unexpected OverflowError" or "unexpected ValueError" at connect time."""
+    with pytest.raises(ConfigError) as error:
+        asyncpg_url(url)
+    assert str(error.value).startswith("DATABASE_URL cannot be used: ")

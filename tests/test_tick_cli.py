@@ -175,3 +175,11 @@ async def test_tick_sends_a_reply_that_waited_before_the_opener(
             ("C5", "1700000009.000300", "You said: are you there?"),
             ("DU1", None, "Thinking of you! (my exam is on Monday)"),
         ]
+
+
+async def test_tick_now_with_an_offset_is_said_in_utc(fake, pg_url, schema):
+    """`--now` with an offset is that moment, and the line says it in UTC, as its `Z` says:
+    midnight at +05:00 is 19:00Z the day before, not midnight UTC."""
+    env = cli_env(fake, pg_url, schema)
+    preview = await companion(env, "tick", "--now", "2026-01-01T00:00+05:00")
+    assert preview.strip().splitlines()[-1].startswith("2025-12-31 19:00Z (dry run")

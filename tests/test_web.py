@@ -124,6 +124,23 @@ async def seed_one(engine) -> None:
     )
 
 
+async def test_companion_web_on_a_port_in_use_names_the_port_not_the_database(fake, pg_url, schema):
+    """A port taken by another process was "the database failed (OSError: … address already
+    in use); is it running, and is DATABASE_URL right?", exit 1."""
+    taken = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = taken.sockets[0].getsockname()[1]
+    try:
+        env = cli_env(fake, pg_url, schema, COMPANION_HTTP_HOST="127.0.0.1")
+        run = await run_cli({**env, "COMPANION_HTTP_PORT": str(port)}, "web")
+    finally:
+        taken.close()
+        await taken.wait_closed()
+    assert run.code == 2 and "Traceback" not in run.err, run
+    line = run.err.strip().splitlines()[-1]
+    assert line.startswith(f"companion: cannot listen on 127.0.0.1:{port} ("), line
+    assert "COMPANION_HTTP_PORT" in line and "DATABASE_URL" not in line, line
+
+
 async def test_link_needs_a_member_or_admin_and_uses_the_public_url(fake, pg_url, schema):
     env = cli_env(fake, pg_url, schema, COMPANION_PUBLIC_URL="https://companion.example.org/")
     neither = await run_cli(env, "link", "--tenant", TENANT)

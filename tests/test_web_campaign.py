@@ -183,3 +183,40 @@ def test_no_inspector_handler_reads_the_request_but_through_the_boundary():
             continue
         found = [line for line in path.read_text().splitlines() if raw.search(line)]
         assert found == [], f"{path.name} reads the request itself: {found}"
+
+
+@pytest.fixture
+async def admin(engine, sessions, clock):
+    """The seeded site, with an admin signed in: (site, their browser, their form token)."""
+    await seed(engine, clock)
+    async with serve_inspector(sessions, clock) as site, client() as http:
+        await sign_in(http, await site.admin_link())
+        async with http.get(site.url + "/admin/settings") as page:
+            yield site, http, csrf_of(await page.text())
+
+
+async def test_the_limits_form_shows_what_it_keeps_and_takes_it_back(admin):
+    """A limit of 1,234,567 tokens showed as "1.23457e+06", and the form sent back as shown
+    (to change another limit) was refused: "must be a number". A refused form without every
+    field was a 500 (the page read the fields it lacked)."""
+    site, http, csrf = admin
+    partial = {"csrf": csrf, "rate_limit": "5/fortnight"}
+    async with http.post(site.url + "/admin/limits", data=partial) as page:
+        assert page.status == 400 and "Limits not saved" in await page.text()
+    form = {
+        "csrf": csrf,
+        "rate_limit": "",
+        "member_daily_tokens": "1234567",
+        "tenant_daily_tokens": "",
+        "member_daily_usd": "",
+        "tenant_daily_usd": "",
+    }
+    for _ in range(2):  # then the form as the page shows it, unchanged
+        async with http.post(site.url + "/admin/limits", data=form) as page:
+            assert page.status == 200 and "Limits saved" in await page.text()
+        async with http.get(site.url + "/admin/settings") as page:
+            shown = await page.text()
+        form["member_daily_tokens"] = re.search(
+            r'name="member_daily_tokens" value="([^"]*)"', shown
+        ).group(1)
+        assert form["member_daily_tokens"] == "1234567"

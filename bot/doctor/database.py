@@ -24,10 +24,13 @@ from bot.settings import Settings
 from core.errors import CompanionError
 
 
-async def _migrations(connection: AsyncConnection) -> tuple[set[str], set[str], set[str]]:
+async def _migrations(
+    connection: AsyncConnection, schema: str | None
+) -> tuple[set[str], set[str], set[str]]:
     """(revisions the database is at, the newest revisions in migrations/, all of them), the
     scripts read as text (importing alembic and every script took a second)."""
-    return await current_revisions(connection) or set(), newest_revisions(), set(revisions())
+    at = await current_revisions(connection, schema)
+    return at or set(), newest_revisions(), set(revisions())
 
 
 async def _missing_vector(connection: AsyncConnection) -> Result:
@@ -59,7 +62,7 @@ async def _missing_vector(connection: AsyncConnection) -> Result:
 
 async def _schema_checks(connection: AsyncConnection, settings: Settings) -> list[Result]:
     results = []
-    current, newest, known = await _migrations(connection)
+    current, newest, known = await _migrations(connection, settings.db_schema)
     if current == newest:
         results.append(ok(f"database migrations: at the newest revision ({', '.join(newest)})"))
     elif not current:

@@ -47,9 +47,17 @@ def read_samples(path: Path, spec: str | None = None) -> list[dict[str, Any]]:
     chosen: list[int] = []
     for part in spec.split(","):
         first, _, last = part.partition("-")
-        chosen += range(int(first), int(last or first) + 1)
-    if max(chosen) >= len(samples):
-        raise ConfigError(f"{path} has {len(samples)} conversations, not {max(chosen) + 1}")
+        try:
+            start, end = int(first), int(last or first)
+        except ValueError:
+            start, end = 0, -1
+        if not 0 <= start <= end:
+            raise ConfigError(
+                f'--conversations takes positions from 0, such as "0-4" or "5,7", got {spec!r}'
+            )
+        if end >= len(samples):  # checked before the range is made: "0-99999999999"
+            raise ConfigError(f"{path} has {len(samples)} conversations, not {end + 1}")
+        chosen += range(start, end + 1)
     return [samples[i] for i in chosen]
 
 

@@ -14,7 +14,7 @@ not a second model of the tables: it stops at what a file may say.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -38,9 +38,11 @@ from core.events import EventStatus, clean_text
 from core.memory.bulk import fit_in_view, store_messages
 from core.memory.store import AgentStore
 from core.memory.tokens import TokenCounter
+from core.memory.tools import MAX_NAME_CHARS
 from core.models import Agent, Block, Event, Message, Passage, Summary, Tenant, User
 from core.ports import Embedder, Progress
 from core.scope import Scope, enter_scope
+from core.tenant_key import MAX_ID_CHARS
 
 FORMAT = "companion-export"
 VERSION = 1
@@ -113,12 +115,13 @@ def _time(value: Any) -> datetime:
         when = datetime.fromisoformat(value) if isinstance(value, str) else value
     except ValueError:
         when = None
-    if not isinstance(when, datetime) or when.tzinfo is None:
-        got = repr(value)[:60]
-        raise PydanticCustomError(
-            "time", "not an ISO-8601 time with a time zone: {got}", {"got": got}
-        )
-    return when
+    if isinstance(when, datetime) and when.tzinfo is not None:
+        try:  # in UTC, as stored: 0001-01-01T00:00+05:00 is no time Python (or the driver) holds
+            return when.astimezone(UTC)
+        except OverflowError:
+            pass
+    got = repr(value)[:60]
+    raise PydanticCustomError("time", "not an ISO-8601 time with a time zone: {got}", {"got": got})
 
 
 def _name(value: str) -> str:
@@ -133,8 +136,20 @@ def _name(value: str) -> str:
     return value
 
 
+def _id(value: str) -> str:
+    """A tenant's key or a user's id: one Postgres can index."""
+    if len(value) > MAX_ID_CHARS:
+        raise PydanticCustomError(
+            "id",
+            "has {got} characters, the most an id may have is {most}",
+            {"got": len(value), "most": MAX_ID_CHARS},
+        )
+    return value
+
+
 Text = Annotated[str, AfterValidator(clean_text)]  # Postgres cannot store NUL bytes
 Name = Annotated[str, AfterValidator(_name)]
+Id = Annotated[str, AfterValidator(_name), AfterValidator(_id)]  # a tenant key, a user id
 NonEmpty = Annotated[str, Field(min_length=1), AfterValidator(clean_text)]
 Time = Annotated[datetime, BeforeValidator(_time)]
 Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]  # a Postgres integer
@@ -145,7 +160,10 @@ class Part(BaseModel):
 
 
 class BlockPart(Part):
-    label: NonEmpty
+    # As long as the model's functions may name (and Postgres can index: the key holds it).
+    label: Annotated[
+        str, Field(min_length=1, max_length=MAX_NAME_CHARS), AfterValidator(clean_text)
+    ]
     value: Text
     limit: Count | None = None
 
@@ -192,8 +210,8 @@ class PassagePart(Part):
 class Export(Part):
     format: Literal["companion-export"]
     version: Literal[1]
-    tenant: Name | None = None
-    user: Name | None = None
+    tenant: Id | None = None
+    user: Id | None = None
     display_name: Name | None = None
     blocks: list[BlockPart]
     messages: list[MessagePart]

@@ -119,6 +119,10 @@ CLI_CASES = {
         ("tick", "--now", "2026-01-01'; DROP TABLE agents; --"), NOW_MUST
     ),
     "openers-now-garbage": CliCase(("openers", "list", "--now", "../../etc/passwd"), NOW_MUST),
+    # Dates Python can name whose pass cannot be computed: an overflow, or year 0 in UTC.
+    "tick-now-last-second": CliCase(("tick", "--now", "9999-12-31T23:59:59"), NOW_MUST),
+    "tick-now-year-zero-in-utc": CliCase(("tick", "--now", "0001-01-01T00:00+05:00"), NOW_MUST),
+    "usage-days-past-64-bits": CliCase(("usage", "--days", "9" * 30), "--days"),
     "export-hostile-names": CliCase(
         ("export", "--tenant", "../../etc", "--user", "'; DROP TABLE users; --"), "no agent"
     ),
@@ -148,6 +152,22 @@ CLI_CASES = {
         ("import", "{file}"),
         "created_at",
         export_doc(messages=[{"role": "user", "content": "hi", "created_at": "tomorrow"}]),
+    ),
+    "import-date-before-year-one-in-utc": CliCase(
+        ("import", "{file}"),
+        "created_at",
+        export_doc(
+            messages=[{"role": "user", "content": "hi", "created_at": "0001-01-01T00:00+05:00"}]
+        ),
+    ),
+    # An id Postgres cannot index: "the database failed … is it running?", exit 1.
+    "import-user-id-too-long": CliCase(
+        ("import", "{file}"), "the most an id may have is 255", export_doc(user="w" * 300)
+    ),
+    "import-block-label-too-long": CliCase(
+        ("import", "{file}"),
+        "blocks[0].label",
+        export_doc(blocks=[{"label": os.urandom(5000).hex(), "value": "x", "limit": 2000}]),
     ),
     "export-to-missing-dir": CliCase(
         ("export", "--tenant", "cli", "--user", "existing", "--output", "/nonexistent/x.json"),
