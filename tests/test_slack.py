@@ -427,3 +427,21 @@ async def test_admins_lower_the_workspaces_budget(slack, fake):
     assert "messages one member may send per hour" in shown[-1]["text"]
     said = await slack.command("admin welcome-text Say hi in #general", user="UADMIN")
     assert "every welcome will say this" in said[-1]["text"]
+
+
+async def test_a_shared_file_larger_than_one_read_is_stored_whole(slack, fake, sessions):
+    """A download arrives in many chunks over a real network: all of them are kept."""
+    lines = [f"Line {n}: the ferry timetable for week {n}." for n in range(35_000)]
+    body = "\n".join(lines + ["The last line: the harbour closes at midnight."])
+    assert 1_000_000 < len(body) < 2_000_000  # many reads, under what one file may hold
+    slack.api.files["timetable.txt"] = body.encode()
+    shared = {
+        "id": "FBIG",
+        "name": "timetable.txt",
+        "size": len(body),
+        "url_private_download": f"{slack.api.root}/files/timetable.txt",
+    }
+    await slack.dispatch(slack_message(text="", subtype="file_share", files=[shared]))
+    async with sessions() as session:
+        kept = "\n".join(await session.scalars(select(Passage.text).order_by(Passage.id)))
+    assert "the harbour closes at midnight" in kept, [r["text"] for r in slack.posted()]

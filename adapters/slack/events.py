@@ -105,7 +105,13 @@ async def _download(file: dict[str, Any], token: str) -> bytes:
     ):
         if response.status != 200:
             raise UploadRejected(f"I couldn't download {file.get('name')} (HTTP {response.status})")
-        return await response.content.read(MAX_UPLOAD_BYTES + 1)
+        data = bytearray()  # `read(n)` would give only what has arrived so far: one chunk
+        async for chunk in response.content.iter_any():
+            data += chunk
+            if len(data) > MAX_UPLOAD_BYTES:  # larger than Slack said: stop reading
+                most = MAX_UPLOAD_BYTES // 1_000_000
+                raise UploadRejected(f"{file.get('name')} is over the {most} MB I take")
+        return bytes(data)
 
 
 @dataclass(frozen=True)
