@@ -166,6 +166,18 @@ async def test_a_charset_that_carries_nul_and_lone_surrogates_reaches_nothing(an
         assert page.status == 400
 
 
+async def test_an_address_cannot_put_its_own_words_in_a_pages_notice(ann):
+    """`?saved=` names the block just saved: any other words in it are not shown as the
+    site's own (a link that makes the member's page say what its sender wants)."""
+    site, http, csrf = ann
+    spoof = "/members/ann?saved=Your+session+expired.+Sign+in+at+evil.example+to+keep"
+    async with http.get(site.url + spoof) as page:
+        assert page.status == 200
+        assert "evil.example" not in await page.text()
+    async with http.get(site.url + "/members/ann?saved=human") as page:
+        assert "Saved the human block." in await page.text()
+
+
 async def _raw_status(url: str, request: bytes) -> int:
     """The status a request of raw bytes gets (a browser or client would not send them)."""
     host, port = url.removeprefix("http://").split(":")
