@@ -482,3 +482,26 @@ async def test_a_file_whose_address_is_not_slacks_is_not_fetched(slack, fake, se
     sent = [r["text"] for r in slack.posted()]
     assert any("notes.txt" in t and "Slack" in t for t in sent), sent
     assert "You said: read this" in sent
+
+
+def test_only_slacks_own_hosts_or_the_configured_api_count_as_slack():
+    from adapters.slack.events import from_slack
+
+    api = "https://slack.com/api/"
+    for url in (
+        "https://files.slack.com/files-pri/T1-F1/download/notes.txt",
+        "https://acme.slack.com/files/U1/F1/notes.txt",
+        "http://127.0.0.1:8080/files/notes.txt",  # with SLACK_API_URL on that host
+    ):
+        assert from_slack(url, "http://127.0.0.1:8080/api/" if "127" in url else api), url
+    for url in (
+        "http://files.slack.com/files-pri/T1-F1/notes.txt",  # not https
+        "https://files.slack.com.evil.example/notes.txt",
+        "https://evilslack.com/notes.txt",
+        "https://files.slack.com@evil.example/notes.txt",
+        "https://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:8081/files/notes.txt",  # another port than the API's
+        "file:///etc/passwd",
+        "notes.txt",
+    ):
+        assert not from_slack(url, "http://127.0.0.1:8080/api/"), url
