@@ -5,12 +5,13 @@ every request is recorded as a `Call` (method, path below the API root, JSON bod
 `payload_json` and files of a multipart body). It answers what the adapter needs: the bot
 user and application, typing, messages (given ids, echoed back), DM channels (403 for users
 in `closed_dms`), interaction callbacks (`with_response` shape), webhook follow-ups and
-edits, command sync, and attachment downloads from `files`. Reading back: a channel's
-`history` (what members posted, as message payloads; `GET /channels/{id}/messages` with
-`after` and `limit`, newest first as Discord answers; the bot's own posts too, kept in
-`posted` with snowflakes of the time they were made) and `GET /channels/{id}` (from
-`channels`, or a DM channel of `dm_channels`). `on_call(call)`, when set, runs as each
-request arrives; `typing_status` is what the typing endpoint answers (204).
+edits, command sync, and attachment downloads from `files` (one in `broken` drops the
+connection). Reading back: a channel's `history` (what members posted, as message payloads;
+`GET /channels/{id}/messages` with `after` and `limit`, newest first as Discord answers; the
+bot's own posts too, kept in `posted` with snowflakes of the time they were made) and
+`GET /channels/{id}` (from `channels`, or a DM channel of `dm_channels`). `on_call(call)`,
+when set, runs as each request arrives; `typing_status` is what the typing endpoint answers
+(204).
 
 It also plays the gateway, at `gateway_url`: HELLO, IDENTIFY (with or without shard ids),
 READY and a GUILD_CREATE for each server of `guilds` that belongs to the shard, heartbeat
@@ -85,6 +86,7 @@ class FakeDiscord:
         self.application_id = application_id
         self.calls: list[Call] = []
         self.files: dict[str, bytes] = {}
+        self.broken: set[str] = set()  # attachments whose download drops the connection
         self.closed_dms: set[int] = set()
         self.dm_channels: dict[int, int] = {}  # user id -> DM channel id
         self.shown: dict[int, dict[str, Any]] = {}  # interaction id -> the message it showed
@@ -245,6 +247,9 @@ class FakeDiscord:
         if request.path == "/gateway":
             return await self._gateway(request)
         call = await self._record(request)
+        if request.path.startswith("/attachments/") and request.path[13:] in self.broken:
+            assert request.transport is not None
+            request.transport.close()  # the connection drops: no answer at all
         if self.on_call is not None:
             await self.on_call(call)
         response = self._answer(call)

@@ -7,9 +7,10 @@ takes its time; `fail_methods` makes a method fail every time, `fail_once` the n
 Socket Mode: `apps.connections.open` hands out a WebSocket on this server; `push(envelope)`
 sends an envelope down it, and `acks` holds what the app answered (with `on_ack(ack)`, when
 set, run as each answer arrives).
-It also serves file downloads (`url_private_download`), takes file
-uploads (files_upload_v2) and response_url posts. `signed(body, secret)` builds the
-headers Slack would send with an Events API or slash-command request. `settle()` waits for
+It also serves file downloads (`url_private_download`; one named in `broken` drops the
+connection), takes file uploads (files_upload_v2) and response_url posts.
+`signed(body, secret)` builds the headers Slack would send with an Events API or
+slash-command request. `settle()` waits for
 the work the app runs after acknowledging a request (the turn, the answer, a command's work).
 
 Workspaces and tokens: every call is recorded with the bot token it carried (`token_of`).
@@ -77,6 +78,7 @@ class FakeSlack:
         self._socket_open = asyncio.Event()
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.files: dict[str, bytes] = {}
+        self.broken: set[str] = set()  # files whose download breaks off mid-way
         self.uploads: dict[str, bytes] = {}
         self.responses: list[dict[str, Any]] = []
         self.users: dict[str, dict[str, Any]] = {}
@@ -273,6 +275,9 @@ class FakeSlack:
         bearer = request.headers.get("Authorization", "").removeprefix("Bearer ")
         if bearer not in self.teams:
             return web.Response(status=403)
+        if request.match_info["name"] in self.broken:
+            assert request.transport is not None
+            request.transport.close()  # the connection drops: no answer at all
         return web.Response(body=self.files[request.match_info["name"]])
 
     async def _upload(self, request: web.Request) -> web.Response:

@@ -30,7 +30,6 @@ from tests.test_discord import (  # noqa: F401 (bot: the fixture)
     bot,
     guild_member,
 )
-from tests.test_run import free_port
 
 
 def missed(
@@ -74,7 +73,8 @@ async def test_what_was_missed_is_read_back_and_answered_once(bot, engine, fake)
 
 
 async def test_words_beside_a_file_that_breaks_are_answered(bot, sessions):  # noqa: F811
-    dead = f"http://127.0.0.1:{free_port()}/attachments/gone.txt"  # nothing listens
+    bot.api.broken.add("gone.txt")
+    dead = bot.api.file_url("gone.txt")  # the connection drops
     bot.api.files["notes.txt"] = b"The boat needs new sails before June."
     files = [
         attachment(dead, "gone.txt", 40),

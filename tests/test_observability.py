@@ -511,6 +511,28 @@ async def test_a_wrong_signing_secret_is_warned_of_now_and_then_without_the_body
     assert "zucchini" not in stream.getvalue() and "Esmeralda" not in stream.getvalue()
 
 
+async def test_bytes_that_are_not_text_on_slacks_path_are_a_400_not_an_error(
+    engine, members, captured
+):
+    """Anyone can post to /slack/events: a body that is not UTF-8 (or names a charset no
+    one has) is refused as not Slack's, with no traceback in the log and nothing stored."""
+    services = Services(engine, members, frozenset())
+    async with slack_rig(services, users=("U1",)) as rig:
+        watched = watch_signatures(rig.app.web_app(path="/slack/events"), "/slack/events")
+        async with TestClient(TestServer(watched)) as http:
+            statuses = []
+            for body, kind in (
+                (b"\xff\xfe{}", "application/json"),
+                (b"token=x\xff", "application/x-www-form-urlencoded"),
+                (b"{}", "application/json; charset=no-such-charset"),
+            ):
+                headers = {**signed(body.decode("latin-1"), SLACK_SECRET), "Content-Type": kind}
+                async with http.post("/slack/events", data=body, headers=headers) as answer:
+                    statuses.append(answer.status)
+    assert statuses == [400, 400, 400]
+    assert [r for r in lines(captured) if r["level"] in ("ERROR", "CRITICAL")] == []
+
+
 async def test_a_failed_statement_never_carries_its_parameters_into_the_log(
     pg_url, schema, captured
 ):

@@ -427,3 +427,81 @@ async def test_admins_lower_the_workspaces_budget(slack, fake):
     assert "messages one member may send per hour" in shown[-1]["text"]
     said = await slack.command("admin welcome-text Say hi in #general", user="UADMIN")
     assert "every welcome will say this" in said[-1]["text"]
+
+
+async def test_a_shared_file_larger_than_one_read_is_stored_whole(slack, fake, sessions):
+    """A download arrives in many chunks over a real network: all of them are kept."""
+    lines = [f"Line {n}: the ferry timetable for week {n}." for n in range(35_000)]
+    body = "\n".join(lines + ["The last line: the harbour closes at midnight."])
+    assert 1_000_000 < len(body) < 2_000_000  # many reads, under what one file may hold
+    slack.api.files["timetable.txt"] = body.encode()
+    shared = {
+        "id": "FBIG",
+        "name": "timetable.txt",
+        "size": len(body),
+        "url_private_download": f"{slack.api.root}/files/timetable.txt",
+    }
+    await slack.dispatch(slack_message(text="", subtype="file_share", files=[shared]))
+    async with sessions() as session:
+        kept = "\n".join(await session.scalars(select(Passage.text).order_by(Passage.id)))
+    assert "the harbour closes at midnight" in kept, [r["text"] for r in slack.posted()]
+
+
+async def test_a_file_whose_address_is_not_slacks_is_not_fetched(slack, fake, sessions):
+    """A file reference pointing off Slack is never fetched (no request, no bot token sent
+    elsewhere): the member hears which file, and the words beside it are answered."""
+    from aiohttp import web
+
+    asked: list[str] = []
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Authorization", ""))
+        return web.Response(body=b"the admin password is hunter2")
+
+    app = web.Application()
+    app.router.add_get("/{name}", elsewhere)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        shared = {
+            "id": "FOFF",
+            "name": "notes.txt",
+            "size": 30,
+            "url_private_download": f"http://127.0.0.1:{port}/notes.txt",
+        }
+        message = slack_message(text="read this", subtype="file_share", files=[shared])
+        await slack.dispatch(message)
+    finally:
+        await runner.cleanup()
+    assert asked == []
+    async with sessions() as session:
+        assert list(await session.scalars(select(Passage.text))) == []
+    sent = [r["text"] for r in slack.posted()]
+    assert any("notes.txt" in t and "Slack" in t for t in sent), sent
+    assert "You said: read this" in sent
+
+
+def test_only_slacks_own_hosts_or_the_configured_api_count_as_slack():
+    from adapters.slack.events import from_slack
+
+    api = "https://slack.com/api/"
+    for url in (
+        "https://files.slack.com/files-pri/T1-F1/download/notes.txt",
+        "https://acme.slack.com/files/U1/F1/notes.txt",
+        "http://127.0.0.1:8080/files/notes.txt",  # with SLACK_API_URL on that host
+    ):
+        assert from_slack(url, "http://127.0.0.1:8080/api/" if "127" in url else api), url
+    for url in (
+        "http://files.slack.com/files-pri/T1-F1/notes.txt",  # not https
+        "https://files.slack.com.evil.example/notes.txt",
+        "https://evilslack.com/notes.txt",
+        "https://files.slack.com@evil.example/notes.txt",
+        "https://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:8081/files/notes.txt",  # another port than the API's
+        "file:///etc/passwd",
+        "notes.txt",
+    ):
+        assert not from_slack(url, "http://127.0.0.1:8080/api/"), url

@@ -43,7 +43,6 @@ from tests.rigs import SLACK_SECRET as SECRET
 from tests.rigs import slack_envelope as envelope
 from tests.rigs import slack_message as message
 from tests.test_faults import private_pg, scratch  # noqa: F401 (fixtures)
-from tests.test_run import free_port
 
 NOTES = b"# Garden\nThe tomatoes go in the south bed."
 BOLT_OWN = {"auth.test"}  # Bolt asks who the bot is, once per process, before any listener
@@ -232,7 +231,8 @@ async def test_words_beside_a_file_survive_a_rate_limited_reply(
 
 async def test_a_file_that_breaks_costs_only_that_file(app, api, fake, sessions):
     api.files["notes.md"] = NOTES
-    dead = f"http://127.0.0.1:{free_port()}/files/gone.md"  # nothing listens: refused
+    api.broken.add("gone.md")
+    dead = f"{api.root}/files/gone.md"  # the connection drops
     payload = shared(
         api,
         "two files for you",

@@ -6,6 +6,7 @@ bench/web_campaign.py runs the same campaign longer, with fresh draws.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import AsyncIterator
@@ -165,6 +166,49 @@ async def test_a_charset_that_carries_nul_and_lone_surrogates_reaches_nothing(an
         assert page.status == 400
 
 
+async def test_an_address_cannot_put_its_own_words_in_a_pages_notice(ann):
+    """`?saved=` names the block just saved: any other words in it are not shown as the
+    site's own (a link that makes the member's page say what its sender wants)."""
+    site, http, csrf = ann
+    spoof = "/members/ann?saved=Your+session+expired.+Sign+in+at+evil.example+to+keep"
+    async with http.get(site.url + spoof) as page:
+        assert page.status == 200
+        assert "evil.example" not in await page.text()
+    async with http.get(site.url + "/members/ann?saved=human") as page:
+        assert "Saved the human block." in await page.text()
+
+
+async def _raw_status(url: str, request: bytes) -> int:
+    """The status a request of raw bytes gets (a browser or client would not send them)."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(request)
+    await writer.drain()
+    status = int((await reader.readline()).split()[1])
+    writer.close()
+    return status
+
+
+async def test_a_cookie_of_bytes_that_are_not_text_is_no_session_not_a_500(ann):
+    """A Cookie header with bytes that are not UTF-8 reaches the app as lone surrogates."""
+    site, http, csrf = ann
+    for path, status in (("/", 200), ("/members/ann", 401), ("/admin", 401)):
+        for name in ("companion_session", "companion_signin"):
+            request = (
+                f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+                + f"Cookie: {name}=".encode()
+                + b"\xff\xfe\xed\xa0\x80\r\n\r\n"
+            )
+            assert await _raw_status(site.url, request) == status, (path, name)
+    form = b"token=x&nonce=abc"
+    request = (
+        b"POST /signin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n"
+        b"Cookie: companion_signin=\xff\r\nContent-Length: %d\r\n\r\n%s" % (len(form), form)
+    )
+    assert await _raw_status(site.url, request) == 403  # not signed in: not from its page
+
+
 def test_the_boundary_bounds_numbers_and_cleans_text():
     given = Input({}, {}, {})
     assert given.number(str(2**64), 1) == 1
@@ -177,7 +221,9 @@ def test_the_boundary_bounds_numbers_and_cleans_text():
 
 
 def test_no_inspector_handler_reads_the_request_but_through_the_boundary():
-    raw = re.compile(r"request\.(query|post\(|match_info|rel_url|content|read\(|json\(|text\()")
+    raw = re.compile(
+        r"request\.(query|post\(|match_info|rel_url|content|read\(|json\(|text\(|cookies)"
+    )
     for path in sorted((ROOT / "bot" / "web").glob("*.py")):
         if path.name == "boundary.py":
             continue

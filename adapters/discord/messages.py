@@ -4,7 +4,7 @@
     where_of(message, me)       the channel (and a thread's parent), None for a DM, addressed
     spoken_text(message, me)    the member's words: the bot's mention dropped, others readable
     shared_file(message, a)     an attachment as a file to take (downloaded only if its name
-                                and size pass)
+                                and size pass, and only from Discord, `from_discord`)
     guild_id_of(message)        the server it was posted in, None for a DM
     ChannelReplies              the `send` callback: parts of at most 2000 characters, the
                                 first one as a reply to the member's message (in a server)
@@ -22,6 +22,7 @@ import logging
 import re
 from contextlib import AsyncExitStack, suppress
 from typing import Any
+from urllib.parse import urlsplit
 
 import discord
 
@@ -45,6 +46,17 @@ log = logging.getLogger(__name__)
 
 CHAT_TYPES = (discord.MessageType.default, discord.MessageType.reply)
 DOWNLOAD_FAILED = "I couldn't download {name} from Discord; please try sending it again."
+NOT_DISCORDS = "{name} is not on Discord's servers, so I did not fetch it."
+CDN_HOSTS = ("cdn.discordapp.com", "media.discordapp.net")
+
+
+def from_discord(url: str) -> bool:
+    """Whether `url` is Discord's (https on its CDN), or on the host of the API discord.py
+    talks to (DISCORD_API_URL, a stand-in): the only places an attachment is fetched from."""
+    where, api = urlsplit(url), urlsplit(discord.http.Route.BASE)
+    if where.scheme == "https" and where.hostname in CDN_HOSTS:
+        return True
+    return (where.scheme, where.netloc) == (api.scheme, api.netloc)
 
 
 def guild_id_of(message: discord.Message) -> int | None:
@@ -126,6 +138,9 @@ def _meta(message: discord.Message) -> dict[str, Any]:
 
 def shared_file(message: discord.Message, attachment: discord.Attachment) -> SharedFile:
     async def read() -> bytes:
+        if not from_discord(attachment.url):
+            log.warning("attachment %s of message %s is not Discord's", attachment.id, message.id)
+            raise UploadRejected(NOT_DISCORDS.format(name=attachment.filename))
         try:
             return await attachment.read()
         except discord.HTTPException as error:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from slack_bolt.async_app import AsyncApp
@@ -95,17 +96,36 @@ async def _react(client: AsyncWebClient, add: bool, channel: str, ts: str) -> No
         log.info("reaction %s failed: %s", "add" if add else "remove", error.response["error"])
 
 
-async def _download(file: dict[str, Any], token: str) -> bytes:
+def from_slack(url: str, api_url: str) -> bool:
+    """Whether `url` is Slack's own (https on slack.com), or on the host of the Web API the
+    client talks to (SLACK_API_URL, a stand-in): the only places the bot token may go."""
+    where, api = urlsplit(url), urlsplit(api_url)
+    host = where.hostname or ""
+    if where.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com")):
+        return True
+    return (where.scheme, where.netloc) == (api.scheme, api.netloc)
+
+
+async def _download(file: dict[str, Any], token: str, api_url: str) -> bytes:
     url = file.get("url_private_download") or file.get("url_private")
     if not url:
         raise UploadRejected(f"{file.get('name', 'that file')} has no downloadable content")
+    if not from_slack(str(url), api_url):
+        log.warning("file %s: its address is not Slack's; not fetched", file.get("id"))
+        raise UploadRejected(f"{file.get('name')} is not on Slack, so I did not fetch it")
     async with (
         aiohttp.ClientSession(timeout=DOWNLOAD_TIMEOUT) as http,
         http.get(url, headers={"Authorization": f"Bearer {token}"}) as response,
     ):
         if response.status != 200:
             raise UploadRejected(f"I couldn't download {file.get('name')} (HTTP {response.status})")
-        return await response.content.read(MAX_UPLOAD_BYTES + 1)
+        data = bytearray()  # `read(n)` would give only what has arrived so far: one chunk
+        async for chunk in response.content.iter_any():
+            data += chunk
+            if len(data) > MAX_UPLOAD_BYTES:  # larger than Slack said: stop reading
+                most = MAX_UPLOAD_BYTES // 1_000_000
+                raise UploadRejected(f"{file.get('name')} is over the {most} MB I take")
+        return bytes(data)
 
 
 @dataclass(frozen=True)
@@ -141,26 +161,34 @@ def message_key(channel: str, ts: str) -> str:
     return f"slack:msg:{channel}:{ts}"
 
 
-def shared_files(refs: list[dict[str, Any]], where: dict[str, Any], token: str) -> list[SharedFile]:
+def shared_files(
+    refs: list[dict[str, Any]], where: dict[str, Any], token: str, api_url: str
+) -> list[SharedFile]:
     return [
         SharedFile(
             name=ref.get("name") or "file",
             size=int(ref.get("size") or 0),
             dedup_key=f"slack:file:{ref.get('id')}",
-            read=partial(_download, ref, token),
+            read=partial(_download, ref, token, api_url),
             meta=where,
         )
         for ref in refs
     ]
 
 
-def read_message(body: dict[str, Any], event: dict[str, Any], token: str, bot: str) -> SlackMessage:
+def read_message(
+    body: dict[str, Any],
+    event: dict[str, Any],
+    token: str,
+    bot: str,
+    api_url: str = AsyncWebClient.BASE_URL,
+) -> SlackMessage:
     channel, ts = event["channel"], event["ts"]
     in_dm = event.get("channel_type") == "im"
     thread_ts = event.get("thread_ts") if in_dm else (event.get("thread_ts") or ts)
     keep = ("id", "name", "size", "url_private_download", "url_private")
     refs = [{k: file[k] for k in keep if k in file} for file in event.get("files") or []]
-    files = shared_files(refs, {"channel": channel, "thread_ts": thread_ts}, token)
+    files = shared_files(refs, {"channel": channel, "thread_ts": thread_ts}, token, api_url)
     words = re.sub(rf"<@{bot}>", "", event.get("text") or "").strip()
     if not words and not files and f"<@{bot}>" in (event.get("text") or ""):
         words = "(calls you without saying anything)"  # a bare mention
@@ -241,7 +269,8 @@ async def finish_held(services: Services, clients: Clients) -> None:
         where = {"channel": meta["channel"], "thread_ts": meta.get("thread_ts")}
         try:
             client = await clients(tenant_key(meta.get("team") or ""))
-            files = shared_files(meta.get("slack_files") or [], where, client.token or "")
+            refs = meta.get("slack_files") or []
+            files = shared_files(refs, where, client.token or "", client.base_url)
             await follow_up(engine, scope, event_id, files, sender(client, **where))
         except Exception:
             log.warning(
@@ -284,7 +313,7 @@ def register_events(app: AsyncApp, services: Services) -> None:
             reach = await services.members.admission.reach(tenant_of(body, event))
             if not reach.answers(where):
                 return
-        message = read_message(body, event, client.token or "", bot)
+        message = read_message(body, event, client.token or "", bot, client.base_url)
         await handle_message(services, client, body, message, where)
 
     @app.event("app_mention")
@@ -295,7 +324,7 @@ def register_events(app: AsyncApp, services: Services) -> None:
             return
         event = {**event, "channel_type": event.get("channel_type", "channel")}
         bot = await bot_user_id(context)
-        message = read_message(body, event, client.token or "", bot)
+        message = read_message(body, event, client.token or "", bot, client.base_url)
         await handle_message(services, client, body, message, Where(event["channel"]))
 
     @app.event("team_join")

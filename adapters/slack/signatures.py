@@ -6,6 +6,8 @@ stay at DEBUG) along with the rest of Bolt's INFO lines. An operator whose secre
 or was rotated would see nothing while every event is refused. So the HTTP server counts
 the 401s of Slack's path and warns once per `every` (10 minutes), with how many were
 refused meanwhile and what to check: never a body, a header or anything a member wrote.
+A body that is not text (not UTF-8, or in a charset no one has) is no request of Slack's:
+it is answered 400 before Bolt, which would fail decoding it (a 500 and a traceback).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from aiohttp import web
 
 log = logging.getLogger(__name__)
 EVERY_SECONDS = 600.0
+NOT_SLACKS = "This is not a request from Slack."
 
 
 class RefusedSignatures:
@@ -51,6 +54,11 @@ def watch_signatures(
     async def warn_of_refusals(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
+        if request.path == path:
+            try:
+                (await request.read()).decode(request.charset or "utf-8")
+            except (UnicodeDecodeError, LookupError):
+                return web.Response(status=400, text=NOT_SLACKS)
         response = await handler(request)
         if response.status == 401 and request.path == path:
             count = refusals.refused(clock())

@@ -91,7 +91,7 @@ class _Front:
         )
 
     async def landing(self, request: web.Request) -> web.StreamResponse:
-        viewer = await self.inspector.access.viewer(request.cookies.get(COOKIE))
+        viewer = await self.inspector.access.viewer(given(request).cookies.get(COOKIE))
         if viewer is not None:
             return see_other("/admin" if viewer.is_admin else member_url(viewer.member or ""))
         minutes = int(self.inspector.access.link_ttl.total_seconds() // 60)
@@ -131,7 +131,7 @@ class _Front:
     async def signin(self, request: web.Request) -> web.StreamResponse:
         form = given(request).form
         token, nonce = str(form.get("token", "")), str(form.get("nonce", ""))
-        expected = request.cookies.get(SIGN_IN_NONCE, "")
+        expected = given(request).cookies.get(SIGN_IN_NONCE, "")
         if not expected or not hmac.compare_digest(nonce.encode(), expected.encode()):
             return self.templates.page(
                 "message.html", 403, title="Not signed in", message=FOREIGN_SIGN_IN, back=None
@@ -157,7 +157,7 @@ class _Front:
     async def signout(
         self, request: web.Request, viewer: Viewer, form: Mapping[str, str]
     ) -> web.StreamResponse:
-        await self.inspector.access.sign_out(request.cookies.get(COOKIE, ""))
+        await self.inspector.access.sign_out(given(request).cookies.get(COOKIE, ""))
         response = self.templates.page(
             "message.html",
             title="Signed out",

@@ -112,7 +112,7 @@ class Doors:
         self.refuse = refuse
 
     async def viewer(self, request: web.Request) -> Viewer | None:
-        return await self.lookup(request.cookies.get(COOKIE))
+        return await self.lookup(given(request).cookies.get(COOKIE))
 
     def secured(self, handler: Handler) -> Handler:
         """The input read through the boundary, safe headers on every answer; an HTTP error

@@ -1,6 +1,7 @@
 """The inspector's one input boundary: everything a request carries, read once and made safe.
 
-    read(request) -> Input     the query, the form and the path's parts, each a plain str
+    read(request) -> Input     the query, the form, the path's parts and the cookies, each
+                               a plain str
     given(request) -> Input    what `read` found, for a handler (`Doors.secured` reads it)
     Input.number(...)          a whole number within bounds, else the default
     clean(text)                the text without what Postgres cannot store
@@ -15,7 +16,9 @@ here. What comes through:
 - numbers only as digits within their bounds (a page, a message or passage id): past
   64 bits, negative or not a number is the default, never an error from the database;
 - a path part holding NUL or a lone surrogate names nothing: `path` is None for it, and
-  the page answers 404.
+  the page answers 404;
+- a cookie holding one (bytes that are not UTF-8 arrive as lone surrogates) is not there:
+  no session, no sign-in nonce.
 
 An HTTP error raised while reading (aiohttp's 413 for a body over `client_max_size`, 400
 for a malformed one) passes through as itself: `Doors.secured` answers it with its status.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -55,6 +58,7 @@ class Input:
     query: Mapping[str, str]
     form: Mapping[str, str]  # a POST's text fields; empty for other methods
     parts: Mapping[str, str | None]  # the path's parts; None when one cannot be stored
+    cookies: Mapping[str, str] = field(default_factory=dict)  # those that are plain text
 
     def path(self, name: str) -> str | None:
         return self.parts.get(name)
@@ -80,7 +84,10 @@ async def read(request: web.Request) -> Input:
         key: None if UNSTORABLE.search(value) else value
         for key, value in request.match_info.items()
     }
-    found = Input(_fields(request.query.items()), form, parts)
+    cookies = {
+        key: value for key, value in request.cookies.items() if not UNSTORABLE.search(key + value)
+    }
+    found = Input(_fields(request.query.items()), form, parts, cookies)
     request[_KEY] = found
     return found
 

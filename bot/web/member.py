@@ -94,8 +94,9 @@ class MemberPages:
             else:
                 blocks.append(BlockForm(label, value, value, len(value), limit))
         query = given(request).query
-        saved = query.get("saved")
-        notice = f"Saved the {saved} block." if saved else None
+        saved = query.get("saved")  # the label of a block shown here, never other words
+        shown = {block.label for block in blocks}
+        notice = f"Saved the {saved} block." if saved and saved in shown else None
         if query.get("reset"):
             notice = "Done: this member's memory is erased; they start afresh."
         return await self._page(
