@@ -106,6 +106,12 @@ GARBAGE: dict[str, Garbage] = {
     "body-binary": Garbage(
         lambda: web.Response(body=bytes(range(256)), content_type="application/json")
     ),
+    "body-nested-past-parsing": Garbage(
+        lambda: web.Response(
+            text='{"choices": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            content_type="application/json",
+        )
+    ),
     "choices-string": Garbage(lambda: {"choices": "abc"}),
     "choices-numbers": Garbage(lambda: {"choices": [1, 2]}),
     "message-is-string": Garbage(lambda: raw_completion("hello there")),
@@ -167,6 +173,15 @@ GARBAGE: dict[str, Garbage] = {
             fn_call("conversation_search", '{"query": "a"}', id="same"),
             fn_call("conversation_search", '{"query": "b"}', id="same"),
         )
+    ),
+    "tool-id-nul": Garbage(
+        lambda: with_calls(fn_call("conversation_search", '{"query": "x"}', id="call\x00one"))
+    ),
+    "tool-id-lone-surrogate": Garbage(
+        lambda: with_calls(fn_call("conversation_search", '{"query": "x"}', id="call\ud800one"))
+    ),
+    "usage-past-64-bits": Garbage(
+        lambda: {**say("fine"), "usage": {"prompt_tokens": 10**30, "completion_tokens": 10**30}}
     ),
     "usage-strings": Garbage(
         lambda: {**say("fine"), "usage": {"prompt_tokens": "many", "completion_tokens": "few"}}
