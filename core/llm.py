@@ -189,7 +189,7 @@ class OpenAIChat:
             raise ModelUnavailable(f"the model endpoint is down ({outage.reason})")
         try:
             response = await self._send(conform(messages).messages, tools, max_tokens, cache_key)
-        except ValueError as error:  # a body that is not JSON, or not a completion
+        except (ValueError, RecursionError) as error:  # not JSON, nested too deep, not a reply
             outage.answered()
             raise ModelOutputError(
                 f"the model endpoint sent an unreadable answer: {error}"
@@ -267,9 +267,15 @@ def _calls(raw: Any) -> list[ToolCall]:
     return calls
 
 
+MAX_REPORTED_TOKENS = 2**31 - 1  # no window is near it; past it a count is garbage (and a
+# count past 64 bits would sink the turn's usage row, and the turn with it)
+
+
 def _count(usage: Any, field: str) -> int | None:
     value = getattr(usage, field, None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value if 0 <= value <= MAX_REPORTED_TOKENS else None
 
 
 def _cached(usage: Any) -> int | None:

@@ -12,8 +12,10 @@ from core.config import EngineConfig
 from core.events import EventKind, InboundEvent
 from core.memory.search import recall_search
 from core.models import Message, Summary
+from core.runtime.apologies import INTERNAL_ERROR_REPLY
 from tests.fake_openai import (
     calls,
+    completion,
     count_prompt,
     is_summary_request,
     last,
@@ -206,3 +208,51 @@ async def test_fresh_agent_first_prompt_is_small(make_engine_for, fake, window):
     scope = await engine.agent("t", "fresh")
     await engine.converse(scope, msg("hi"))
     assert count_prompt(fake.chat_requests[0]) < 1500
+
+
+async def test_a_summary_with_nul_or_a_lone_surrogate_is_stored_cleaned(make_engine_for, fake):
+    """Postgres text holds neither: a summary answer with them sank the flush, every turn
+    that needed it, and the handler's own recovery (the member got nothing at all)."""
+
+    def brain(body):
+        if is_summary_request(body):
+            return completion("Summary: tea\x00 and \ud800 biscuits")
+        return say(f"ok: {last_user_text(body)[:40]}")
+
+    fake.brain = brain
+    engine = make_engine_for(SMALL)
+    scope = await engine.agent("t", "u")
+
+    results = await _run_until_flushes(engine, scope, 2, random.Random(3))
+
+    assert all(r.replies and r.replies[0].startswith("ok: ") for r in results)
+    assert (
+        "Summary: tea\ufffd and \ufffd biscuits" in fake.chat_requests[-1]["messages"][1]["content"]
+    )
+
+
+async def test_a_database_error_in_a_flush_still_gets_the_member_an_apology(
+    make_engine_for, fake, monkeypatch
+):
+    """A statement Postgres refuses while the turn flushes (here a summary it cannot store,
+    as before the summary was cleaned) fails the turn; the handler must still answer, not
+    fail itself reading the event the failed transaction left behind."""
+    monkeypatch.setattr("core.memory.summarize.clean_text", lambda text: text)
+
+    def brain(body):
+        if is_summary_request(body):
+            return completion("Summary: tea\x00 and biscuits")
+        return say(f"ok: {last_user_text(body)[:40]}")
+
+    fake.brain = brain
+    engine = make_engine_for(SMALL)
+    scope = await engine.agent("t", "u")
+    rng = random.Random(3)
+
+    replies = []
+    for _ in range(40):
+        exchange = await engine.converse(scope, msg(text_of(rng.randint(50, 300), rng)))
+        replies.append(exchange.replies)
+        if exchange.replies == [INTERNAL_ERROR_REPLY]:
+            break
+    assert replies[-1] == [INTERNAL_ERROR_REPLY], replies[-3:]

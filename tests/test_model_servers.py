@@ -12,6 +12,7 @@ import json
 import logging
 
 import pytest
+from aiohttp import web
 
 from adapters.common import Services
 from core.config import EngineConfig
@@ -224,6 +225,36 @@ async def test_llamacpps_500_for_unreadable_output_goes_back_to_the_model_once(e
     assert exchange.replies == ["Here I am."]
     assert len(fake.chat_requests) == 2  # no blind retries of the 500
     assert MALFORMED_NOTE in json.dumps(fake.chat_requests[1]["messages"])
+
+
+@pytest.mark.parametrize(
+    "server, wording",
+    [
+        ("llamacpp", "Failed to parse input at pos 0: {raw}"),
+        ("ollama", "error parsing tool call: raw='{raw}', err=unexpected end of JSON input"),
+    ],
+)
+async def test_a_parse_error_with_the_models_output_is_unreadable_output_not_logged(
+    engine, fake, caplog, server, wording
+):
+    """Newer llama.cpp answers a call it cannot parse with HTTP 500 "Failed to parse input
+    at pos N: " and the model's raw output, Ollama with "error parsing tool call: raw=...":
+    either may hold the member's words. The model is told, as for llama.cpp's older
+    wording, the endpoint is not taken for down, and the output is not logged."""
+    raw = "<tool_call>[remember(fact='my PIN is 4417')]</tool_call>"
+    error = {"code": 500, "message": wording.format(raw=raw)}
+    fake.server = server
+    fake.brain = script(web.json_response({"error": error}, status=500), say("Here I am."))
+    scope = await engine.agent("t", "alice")
+    caplog.set_level(logging.INFO)
+
+    exchange = await talk(engine, scope, "my PIN is 4417, remember it")
+
+    assert exchange.replies == ["Here I am."]
+    assert len(fake.chat_requests) == 2
+    assert MALFORMED_NOTE in json.dumps(fake.chat_requests[1]["messages"])
+    assert engine.mind.health.outage.down_since is None
+    assert not [r for r in caplog.records if "4417" in r.getMessage()]
 
 
 async def test_unreadable_output_twice_gives_the_apology(engine, fake):

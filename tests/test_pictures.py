@@ -134,6 +134,17 @@ async def test_a_picture_costs_the_member_its_tokens(engine, fake, members):
     assert [d.calls for d in days] == [1] and days[0].spent.tokens > 85
 
 
+async def test_a_description_with_nul_or_a_lone_surrogate_is_kept_cleaned(engine, fake, sessions):
+    fake.pictures[png()] = "A cat\x00 on a \ud800 mat."
+    scope = await engine.agent("t", "ana")
+
+    await engine.pictures.see(scope, "a.png", png(), "k1", 0)
+
+    async with sessions() as session:
+        texts = list(await session.scalars(select(Passage.text)))
+    assert len(texts) == 1 and "A cat\ufffd on a \ufffd mat." in texts[0]
+
+
 async def test_a_spent_budget_is_not_spent_further_on_pictures(make_engine_for, fake, members):
     engine = make_engine_for(EngineConfig(member_daily_tokens=50))
     fake.pictures[png()] = "A cat."

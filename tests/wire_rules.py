@@ -12,6 +12,7 @@ raise (as llama.cpp and vLLM render them), or None:
   Mistral's    plain user/assistant messages alternate after an optional system message,
                counting neither calls nor results; call ids of exactly 9 letters/digits
   Llama 3's    one call per assistant message
+  llama.cpp's, vLLM's   a call's arguments in the history parse as a JSON object
   MiniMax's, gpt-oss's   a tool message needs a previous assistant message with a call
   Llama 3's    the first message after the system message is the person's
   Gemma's      no system role (only when `system_role` is False); Gemma 2's also counts
@@ -25,6 +26,7 @@ would refuse.
 from __future__ import annotations
 
 import base64
+import json
 import re
 from typing import Any
 
@@ -356,6 +358,16 @@ NO_CALL_BEFORE = (
 NO_SYSTEM = "System role not supported"
 SYSTEM_FIRST = "System message must be at the beginning."
 FIRST_USER = "Cannot put tools in the first user message when there's no first user message!"
+ARGUMENTS_JSON = "Failed to parse tool call arguments as JSON"
+
+
+def _json_object(arguments: Any) -> bool:
+    """llama.cpp (and vLLM, for its templates) parse each call's arguments in the history;
+    the templates then read them as an object."""
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def template_refusal(
@@ -396,6 +408,8 @@ def template_refusal(
                 return SINGLE_CALL
             if not re.fullmatch(r"[A-Za-z0-9]{9}", str(calls[0].get("id"))):
                 return CALL_IDS
+            if not _json_object(calls[0].get("function", {}).get("arguments")):
+                return ARGUMENTS_JSON
             last_call = calls[0]
             continue
         if role != expected:

@@ -33,7 +33,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from core.errors import ToolError
-from core.events import clean_text
+from core.events import clean_text, clean_value
 from core.memory.tools import TOOLS, ToolContext
 from core.ports import ToolCall
 
@@ -132,9 +132,12 @@ SCHEMAS: list[dict[str, Any]] = [schema_of(model) for model in MODELS.values()]
 
 def _json_object(raw: str) -> dict[str, Any]:
     try:
-        args = json.loads(raw) if raw.strip() else {}
+        # Cleaned whole, keys too: an unknown key is named in the error the turn stores.
+        args = clean_value(json.loads(raw)) if raw.strip() else {}
     except json.JSONDecodeError as error:
         raise ToolError(f"the arguments are not valid JSON ({error.msg} at {error.pos})") from None
+    except ValueError:  # an integer of more digits than Python converts (4,300)
+        raise ToolError("the arguments are not valid JSON (a number is too long)") from None
     except RecursionError:
         raise ToolError("the arguments are not valid JSON (nested too deeply)") from None
     if not isinstance(args, dict):

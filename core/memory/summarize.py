@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from core.config import EngineConfig
 from core.errors import ModelError
+from core.events import clean_text
 from core.memory.tokens import TokenCounter, truncate_to_tokens
 from core.models import Message
 from core.ports import ChatModel
@@ -83,7 +84,7 @@ async def summarize(
             },
         ]
         try:
-            answer = (await model.complete(prompt, max_tokens=max_tokens)).content or ""
+            answer = clean_text((await model.complete(prompt, max_tokens=max_tokens)).content or "")
         except ModelError as error:
             log.warning("summary call failed, keeping a plain note instead: %s", error)
             answer = ""

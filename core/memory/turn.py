@@ -64,12 +64,15 @@ MALFORMED_NOTE = (
     "you were given, or reply with send_message."
 )
 CUT_MARK = " [… cut short]"
+MAX_CALL_ID = 200  # characters of a call id kept (the wire sends its own nine, core.wire.shape)
 
 
 def _cleaned(completion: Completion) -> Completion:
-    """Model output that Postgres can store (no NUL bytes, no lone surrogates)."""
+    """Model output that Postgres can store (no NUL bytes, no lone surrogates), call ids
+    included: they are stored with the call and its result."""
     calls = tuple(
-        ToolCall(c.id, clean_text(c.name), clean_text(c.arguments)) for c in completion.tool_calls
+        ToolCall(clean_text(c.id)[:MAX_CALL_ID], clean_text(c.name), clean_text(c.arguments))
+        for c in completion.tool_calls
     )
     content = clean_text(completion.content) if completion.content else completion.content
     return replace(completion, content=content, tool_calls=calls)

@@ -145,6 +145,7 @@ class Handler:
             self.mind, store, agent, event, now, user.timezone, user.display_name, pause, spent
         )
         deferred = False
+        event_id = event.id  # read now: after a failed statement the row cannot be read
         try:
             return await turn.run(), EventStatus.DONE, [], turn.context
         except ClaimLost:
@@ -152,17 +153,17 @@ class Handler:
         except (ModelUnavailable, ModelTimeout) as error:
             log.warning(
                 "event %s of agent %s waits for the model: %s",
-                event.id,
+                event_id,
                 store.scope.agent_id,
                 error,
             )
             reply, problem, deferred = "", f"{DEFERRED}{error}", True
         except ModelError as error:
-            log.warning("event %s of agent %s: %s", event.id, store.scope.agent_id, error)
+            log.warning("event %s of agent %s: %s", event_id, store.scope.agent_id, error)
             self.mind.metrics.count(Counter.ERRORS, kind="model")
             reply, problem = apology(error), str(error)
         except Exception as error:
-            log.exception("event %s of agent %s failed", event.id, store.scope.agent_id)
+            log.exception("event %s of agent %s failed", event_id, store.scope.agent_id)
             self.mind.metrics.count(Counter.ERRORS, kind="internal")
             reply, problem = apology(error), f"{type(error).__name__}: {error}"
 

@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import within_ceilings
 from core.errors import ImagesRefused, UploadRejected
-from core.events import EventKind, EventStatus, InboundEvent
+from core.events import EventKind, EventStatus, InboundEvent, clean_text
 from core.memory.documents import upload_name
 from core.memory.mind import CallPurpose, CallUsage, Mind
 from core.memory.store import AgentStore
@@ -185,7 +185,7 @@ class Pictures:
             {"role": "user", "content": parts},
         ]
         completion = await self.mind.model.complete(messages, None, 300)
-        text = " ".join((completion.content or "").split())[:MAX_DESCRIPTION_CHARS]
+        text = " ".join(clean_text(completion.content or "").split())[:MAX_DESCRIPTION_CHARS]
         usage = CallUsage(
             CallPurpose.PICTURE,
             completion.prompt_tokens or 0,

@@ -35,7 +35,9 @@ UNOPENED = re.compile(
     r"\A(?:(?!<(?:think|thinking|reasoning)>).)*?</(think|thinking|reasoning)>",
     re.DOTALL | re.IGNORECASE,
 )
-TAGGED_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+# A tag's body runs to the next tag, so the search is linear whatever the text: `\s*(.*?)\s*`
+# took minutes over "<tool_call>" and a few thousand blank lines, blocking every member.
+TAGGED_CALL = re.compile(r"<tool_call>((?:(?!</?tool_call>).)*)</tool_call>", re.DOTALL)
 FENCED = re.compile(r"\A```[a-zA-Z]*\s*\n?(.*?)\n?```\Z", re.DOTALL)
 
 
@@ -70,7 +72,7 @@ def _call(body: str, names: Collection[str]) -> ToolCall | None:
     """One call from a JSON object naming a known function, else None."""
     try:
         parsed: Any = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[…" ten thousand deep is text, not a call
         return None
     if not isinstance(parsed, dict):
         return None

@@ -54,8 +54,9 @@ TOO_LONG_WORDS = re.compile(
 PROMPT_COUNT = re.compile(r"(\d[\d,]*) in the messages|resulted in (\d[\d,]*) tokens", re.I)
 # llama.cpp: the model's output did not parse as a call in the template's format (HTTP 500).
 MALFORMED = re.compile(
-    r"does not match the expected .* format|failed to parse tool call|"
-    r"error parsing tool call|could not parse (the )?tool call",
+    r"does not match the expected .*? format|failed to parse tool call|"
+    r"error parsing tool call|could not parse (the )?tool call|"
+    r"failed to parse input at pos \d+",  # newer llama.cpp, the model's output after it
     re.I,
 )
 SAMPLING_REFUSED = re.compile(
@@ -148,9 +149,11 @@ def classify(status: int | None, message: str, code: str | None = None) -> Model
             f"(HTTP {status}: {short[:200]})",
             int(count.replace(",", "")) if count else None,
         )
-    if MALFORMED.search(message):
+    unreadable = MALFORMED.search(message)
+    if unreadable:  # what follows the server's words may be the model's, the member's too
+        said = _gist(message[: unreadable.end()])
         return MalformedOutput(
-            f"the server could not read the model's output (HTTP {status}: {short})"
+            f"the server could not read the model's output (HTTP {status}: {said})"
         )
     if status == 429:
         return ModelUnavailable("the model endpoint is rate-limiting us (429)")

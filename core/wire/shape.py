@@ -18,7 +18,8 @@ Hermes) all take:
   becomes an alert in the conversation
 - call ids of nine letters and digits (Mistral's templates), made from the stored id, so
   the same history always gives the same ids and the provider's prompt cache holds;
-  function names as OpenAI allows them
+  function names as OpenAI allows them, arguments a JSON object as llama.cpp and vLLM read
+  them
 - no null or empty content where a server wants text
 
 `carry(messages, tail)` then puts what changes with every call (the status alert) inside
@@ -34,6 +35,7 @@ previous one conforms to a form that extends the previous form except near its e
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +47,9 @@ ORPHAN_RESULT = f"{ALERT} A function result whose call is no longer in view:"
 OPENING = f"{ALERT} The conversation so far is summarised above or kept in recall storage."
 CONTINUED = f"{ALERT} The chain of functions went on."
 EMPTY = "(empty)"
+# A call whose arguments are not a JSON object (the model's mistake, its result says so):
+# llama.cpp and vLLM parse every call in the history, and refuse the whole request.
+UNREADABLE_ARGUMENTS = '{"unreadable": "the arguments were not a JSON object"}'
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ID_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 ID_LENGTH = 9
@@ -161,9 +166,10 @@ def _one_call_each(
             out.repairs["bad_name"] += 1
             name = function_name(name)
         arguments = function.get("arguments")
-        if not isinstance(arguments, str):
+        if not _json_object(arguments):
             out.repairs["bad_arguments"] += 1
-            arguments = "{}" if arguments is None else str(arguments)
+            arguments = UNREADABLE_ARGUMENTS
+            out.added += _at_most(UNREADABLE_ARGUMENTS)
         shown_call = {
             "id": wire_id,
             "type": "function",
@@ -181,6 +187,16 @@ def _one_call_each(
             result_text = _text(answer.get("content")) or EMPTY
         pairs.append({"role": "tool", "tool_call_id": wire_id, "content": result_text})
     return pairs
+
+
+def _json_object(arguments: Any) -> bool:
+    """Arguments as llama.cpp and vLLM read a call in the history: text of a JSON object."""
+    if not isinstance(arguments, str):
+        return False
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _plain(message: dict[str, Any], out: Conformed) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,12 @@ GARBAGE: dict[str, Garbage] = {
     "body-binary": Garbage(
         lambda: web.Response(body=bytes(range(256)), content_type="application/json")
     ),
+    "body-nested-past-parsing": Garbage(
+        lambda: web.Response(
+            text='{"choices": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+            content_type="application/json",
+        )
+    ),
     "choices-string": Garbage(lambda: {"choices": "abc"}),
     "choices-numbers": Garbage(lambda: {"choices": [1, 2]}),
     "message-is-string": Garbage(lambda: raw_completion("hello there")),
@@ -118,6 +125,10 @@ GARBAGE: dict[str, Garbage] = {
         )
     ),
     "content-object": Garbage(lambda: raw_completion({"role": "assistant", "content": {"a": 1}})),
+    "content-nested-10k": Garbage(lambda: completion("[" * 10_000 + "]" * 10_000)),
+    "content-tagged-nested-10k": Garbage(
+        lambda: completion("<tool_call>" + "[" * 10_000 + "]" * 10_000 + "</tool_call>")
+    ),
     "content-nul-and-surrogates": Garbage(lambda: completion("hi\x00 there \ud800 friend")),
     # small models copy the prompt's alerts into their answers (SmolLM2 on llama-server)
     "content-echoes-the-status": Garbage(
@@ -168,6 +179,15 @@ GARBAGE: dict[str, Garbage] = {
             fn_call("conversation_search", '{"query": "b"}', id="same"),
         )
     ),
+    "tool-id-nul": Garbage(
+        lambda: with_calls(fn_call("conversation_search", '{"query": "x"}', id="call\x00one"))
+    ),
+    "tool-id-lone-surrogate": Garbage(
+        lambda: with_calls(fn_call("conversation_search", '{"query": "x"}', id="call\ud800one"))
+    ),
+    "usage-past-64-bits": Garbage(
+        lambda: {**say("fine"), "usage": {"prompt_tokens": 10**30, "completion_tokens": 10**30}}
+    ),
     "usage-strings": Garbage(
         lambda: {**say("fine"), "usage": {"prompt_tokens": "many", "completion_tokens": "few"}}
     ),
@@ -211,6 +231,18 @@ GARBAGE: dict[str, Garbage] = {
     "args-nested-10k": Garbage(lambda: calls(raw_call("send_message", nested(10_000))), "Error"),
     "args-nested-100": Garbage(
         lambda: calls(raw_call("send_message", nested(100))), "must be a string"
+    ),
+    "args-key-nul": Garbage(
+        lambda: calls(raw_call("send_message", '{"message": "hi", "\\u0000": 1}')),
+        "unknown argument",
+    ),
+    "args-key-lone-surrogate": Garbage(
+        lambda: calls(raw_call("send_message", '{"message": "hi", "\\ud800": 1}')),
+        "unknown argument",
+    ),
+    "args-number-past-python": Garbage(
+        lambda: calls(raw_call("conversation_search", '{"query": ' + "9" * 5000 + "}")),
+        "not valid JSON",
     ),
     "args-nul-escape": Garbage(
         lambda: calls(raw_call("send_message", '{"message": "hi\\u0000there"}'))
@@ -372,6 +404,41 @@ async def test_model_garbage(engines, module_fake, module_sessions, name):
     (reply,) = again.replies
     assert reply.startswith("You said: ") and reply.endswith("are you back?")
     assert_prompts_fit(module_fake)
+
+
+async def test_a_lone_surrogate_in_an_argument_is_cleaned_not_refused(
+    engines, module_fake, module_sessions
+):
+    """JSON may escape a lone surrogate ("\\ud800"): the text is stored with U+FFFD for it,
+    as a member's own words are, not refused as "not a string"."""
+    engine = engines()
+    arguments = '{"content": "the code is 4\\ud800 2\\u0000"}'
+    module_fake.brain = brain_for(
+        Garbage(lambda: calls(raw_call("archival_memory_insert", arguments)))
+    )
+    scope = await engine.agent("garbage", uid())
+
+    exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "keep it"))
+
+    assert exchange.replies == ["recovered"]
+    result = next(m for m in module_fake.chat_requests[1]["messages"] if m["role"] == "tool")
+    assert result["content"].startswith("Stored in archival memory."), result["content"][:200]
+
+
+async def test_a_call_written_as_text_is_read_in_linear_time(engines, module_fake, module_sessions):
+    """Reading calls a model wrote as text runs on the event loop: an opening tag and a few
+    thousand blank lines (a small model looping on newlines) took a minute, during which no
+    member anywhere was answered."""
+    engine = engines()
+    module_fake.brain = brain_for(Garbage(lambda: completion("<tool_call>" + "\n" * 5_000 + ".")))
+    scope = await engine.agent("garbage", uid())
+
+    started = time.monotonic()
+    exchange = await engine.converse(scope, InboundEvent(EventKind.USER_MESSAGE, "hello"))
+
+    assert time.monotonic() - started < 5
+    (reply,) = exchange.replies
+    assert_clear(reply)
 
 
 @pytest.mark.parametrize(
