@@ -38,3 +38,19 @@ async def test_a_turn_committing_during_an_export_loses_no_message(
     after = await members.export("club", "ana")
     assert any("4711" in (m["content"] or "") for m in after["messages"])
     assert after["pending_events"] == []
+
+
+async def test_an_export_carries_the_members_settings_and_schedule(engine, members, fake):
+    """DESIGN 6: an export holds the member's schedule and settings, not only memory.
+    Found (rights8): it had neither (the time zone alone)."""
+    fake.brain = lambda body: say("noted")
+    await engine.converse(
+        await engine.agent("club", "bo"), InboundEvent(EventKind.USER_MESSAGE, "hi")
+    )
+    await members.settings("club", "bo", openers=False, quiet_hours="23:00-08:00")
+    doc = await members.export("club", "bo")
+    assert doc["settings"]["openers"] is False
+    assert doc["settings"]["quiet_hours"] == "23:00-08:00"
+    assert "next_opener_at" in doc and doc["next_opener_at"] is None  # opted out: none
+    await members.settings("club", "bo", openers=True)
+    assert (await members.export("club", "bo"))["next_opener_at"] is not None
