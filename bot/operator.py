@@ -137,6 +137,8 @@ def tick_summary(report: TickReport, now: datetime) -> str:
         f"{now:%Y-%m-%d %H:%M}Z: {kinds.count(Purpose.OPENER)} openers ({report.sent} sent, "
         f"{report.silent} silent, {report.undelivered} waiting for the member)"
     )
+    if report.waiting:
+        line += f", {report.waiting} waiting for the model"
     if report.respread:
         line += respread_clause(report.respread, "re-spread", " instead of sent at once")
     return line + f", {kinds.count(Purpose.UPKEEP)} upkeep runs"

@@ -86,10 +86,11 @@ async def scheduler_running(app: App) -> AsyncIterator[AsyncIOScheduler]:
         report = await tick(app.engine, app.engine.clock())
         if report.claimed:
             log.info(
-                "tick: %d claimed, %d sent, %d silent",
+                "tick: %d claimed, %d sent, %d silent, %d waiting for the model",
                 len(report.claimed),
                 report.sent,
                 report.silent,
+                report.waiting,
             )
 
     scheduler = AsyncIOScheduler(timezone="UTC")

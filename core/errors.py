@@ -17,6 +17,7 @@
     ├── ContextTooSmall        the fixed part of the prompt cannot fit the context window
     ├── AgentNotFound          no agent for that (tenant, user)
     ├── ClaimLost              another process may have the agent now: the turn stops unwritten
+    ├── AgentErased            the agent was erased (reset, forget) meanwhile: its work stops
     ├── NoPlatform             no platform is configured for a tenant: its messages wait
     │   └── NotInstalled       the platform has no installation for that community (any more)
     └── Refused                bad input from a person: the message says why, nothing changed
@@ -139,6 +140,15 @@ class ClaimLost(CompanionError):
 
     def __init__(self, agent_id: int) -> None:
         super().__init__(f"the claim on agent {agent_id} was lost; the turn stops")
+        self.agent_id = agent_id
+
+
+class AgentErased(CompanionError):
+    """The agent was erased (a reset, a forget) while the engine worked for it: nothing more
+    of its turn is written, sent or counted (its usage went with it)."""
+
+    def __init__(self, agent_id: int) -> None:
+        super().__init__(f"agent {agent_id} was erased meanwhile; its turn stops")
         self.agent_id = agent_id
 
 

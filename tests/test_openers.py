@@ -271,3 +271,21 @@ async def test_claimed_openers_think_side_by_side(engine, platform, fake, clock,
     assert len(report.claimed) >= 2 and report.sent == len(report.claimed)
     assert together.is_set()
     assert sorted(user for _, user, _ in platform.sent) == sorted(c.user for c in report.claimed)
+
+
+async def test_an_opener_that_meets_a_model_that_is_down_is_not_reported_silent(
+    engine, platform, fake, clock, sessions
+):
+    """Found (rights8): the pass reported it as "1 silent", the agent's choice to say
+    nothing, while the model was down and the opener had not run at all."""
+    from bot.operator import tick_summary
+
+    fake.brain = brain
+    clock.now = T0
+    scope = await chat(engine, "ida", "remember that I am flying to Lisbon on Friday")
+    clock.now = await next_opener_at(sessions, scope) + timedelta(minutes=1)
+    fake.down = 503
+    report = await tick(engine, clock.now)
+    assert (report.sent, report.silent, report.waiting) == (0, 0, 1)
+    assert "1 waiting for the model" in tick_summary(report, clock.now)
+    assert platform.sent == []

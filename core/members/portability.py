@@ -60,7 +60,14 @@ async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
 
     who = (
         await session.execute(
-            select(Tenant.key, User.external_id, User.display_name, User.timezone)
+            select(
+                Tenant.key,
+                User.external_id,
+                User.display_name,
+                User.timezone,
+                User.settings,
+                Agent.next_opener_at,
+            )
             .join(User, User.tenant_id == Tenant.id)
             .join(Agent, Agent.user_id == User.id)
             .where(Agent.id == scope.agent_id, Agent.tenant_id == scope.tenant_id)
@@ -82,6 +89,9 @@ async def export_agent(session: AsyncSession, scope: Scope) -> dict[str, Any]:
         "user": who.external_id,
         "display_name": who.display_name,
         "timezone": who.timezone,
+        # The member's own choices (openers, quiet hours) and when the next opener is planned.
+        "settings": dict(who.settings or {}),
+        "next_opener_at": _iso(who.next_opener_at),
         "blocks": [{"label": b.label, "value": b.value, "limit": b.char_limit} for b in blocks],
         "messages": [
             {

@@ -231,6 +231,8 @@ class Members:
 
     async def export(self, tenant: str, user: str) -> dict[str, Any] | None:
         async with self.sessions() as session:
+            # One snapshot: a turn committing meanwhile is in the export whole or not at all.
+            await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             scope = await find_agent(session, tenant, user)
             from core.members.portability import export_agent  # pydantic models: on use
 

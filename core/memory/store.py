@@ -25,7 +25,7 @@ from sqlalchemy import Executable, Table, bindparam, delete, event, func, insert
 from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from core.errors import BlockRefused
+from core.errors import AgentErased, BlockRefused
 from core.events import EventStatus
 from core.memory import terms
 from core.memory.prompt import Entry, counted, render
@@ -149,7 +149,8 @@ class AgentStore:
         trip, unlocked.
         """
         row = (await self.session.execute(_lock_agent(), self._params)).first()
-        assert row is not None, f"agent {self.scope.agent_id} vanished"
+        if row is None:  # erased since the caller found it
+            raise AgentErased(self.scope.agent_id)
         agent, self.member, self.passages = row[0], (row[1], row[2]), int(row[3])
         self.searchable = int(row[4] or 0)
         self.agent, self._locked_version = agent, agent.context_version
@@ -161,7 +162,8 @@ class AgentStore:
         call, which no transaction spans): the row read afresh, the version from it."""
         assert self.agent is not None, "lock_agent first"
         agent = await self.session.scalar(_relock(), self._params)
-        assert agent is not None, f"agent {self.scope.agent_id} vanished"
+        if agent is None:  # erased (reset, forget) while the model thought
+            raise AgentErased(self.scope.agent_id)
         self.agent, self._locked_version, self._dirty = agent, agent.context_version, False
         return agent
 

@@ -39,7 +39,7 @@ from sqlalchemy import bindparam, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.directory import ensure_agent
-from core.errors import ClaimLost, CompanionError
+from core.errors import AgentErased, ClaimLost, CompanionError
 from core.events import EventKind, EventStatus, InboundEvent
 from core.logcontext import bind
 from core.memory.documents import chunk_text, extract_text, store_document, upload_name
@@ -83,8 +83,7 @@ class Exchange:
 
 
 def _pending(what: Any) -> Any:
-    """A query for one of the agent's pending events (built once: building a statement per
-    turn costs more CPU than sending it)."""
+    """A query for one of the agent's pending events (built once: cheaper than per turn)."""
     mine = (Event.tenant_id == bindparam("tenant")) & (Event.agent_id == bindparam("agent"))
     return select(what).where(mine, Event.status == EventStatus.PENDING).limit(1)
 
@@ -116,16 +115,13 @@ class Engine:
         vision: Vision | None = None,
         platforms: Platforms | None = None,
     ) -> None:
-        self.sessions = sessions
-        self.mind = mind
-        self.clock = clock
+        self.sessions, self.mind, self.clock = sessions, mind, clock
         self.embeddings = embeddings  # woken after each commit that stored new messages
         # Members outside a live handler (openers, retried replies), through the platforms
         # the composition root serves: none unless it hands them in.
         self.platforms = platforms or NoPlatforms()
         self.outbox = Outbox(sessions, clock, self.platforms)
-        self.activity = Activity()
-        self.seen = Seen(sessions)
+        self.activity, self.seen = Activity(), Seen(sessions)
         self.handler = Handler(mind, clock)  # what one event comes to, inside the claim
         # One drain of an agent at a time in this process; turns give way to acknowledgements.
         self.gate = TurnGate(yield_to=self.activity.quiet)
@@ -246,6 +242,9 @@ class Engine:
                 return []
             try:
                 return await self._drain(scope, claim)
+            except AgentErased as error:  # reset or forgotten meanwhile: nothing is left to do
+                log.info("%s", error)
+                return []
             finally:
                 await self.presence.release(claim)
 
@@ -293,6 +292,8 @@ class Engine:
                     more = not result.deferred and await session.scalar(_ANY_PENDING, params)
                     await session.commit()
                 except Exception as error:
+                    if isinstance(error, AgentErased):  # its usage went with it
+                        raise
                     if isinstance(error, ClaimLost):
                         log.warning("agent %s: claim lost; its turn stops here", scope.agent_id)
                         await session.rollback()
@@ -328,8 +329,7 @@ class Engine:
         """Drain the agent until `event_id` is handled, here or by another process that has
         the agent (it drains every pending event, this one too; if it stops, this process
         takes over), or waits for a model that is down: what the drains here handled."""
-        results = {r.event_id: r for r in await self.drain(scope)}
-        wait = 0.02
+        results, wait = {r.event_id: r for r in await self.drain(scope)}, 0.02
         while event_id not in results and await self._pending(scope, event_id):
             await asyncio.sleep(wait)
             wait = min(wait * 2, 1.0)

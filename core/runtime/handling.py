@@ -23,7 +23,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from core.config import within_ceilings
-from core.errors import ClaimLost, ModelError, ModelTimeout, ModelUnavailable
+from core.errors import AgentErased, ClaimLost, ModelError, ModelTimeout, ModelUnavailable
 from core.events import DEFERRED, EventKind, EventStatus, purpose_of, trigger_fields
 from core.memory.mind import Mind, TurnResult
 from core.memory.store import AgentStore
@@ -148,7 +148,7 @@ class Handler:
         event_id = event.id  # read now: after a failed statement the row cannot be read
         try:
             return await turn.run(), EventStatus.DONE, [], turn.context
-        except ClaimLost:
+        except (ClaimLost, AgentErased):
             raise
         except (ModelUnavailable, ModelTimeout) as error:
             log.warning(

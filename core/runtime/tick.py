@@ -37,6 +37,7 @@ class TickReport:
     sent: int = 0
     silent: int = 0
     undelivered: int = 0
+    waiting: int = 0  # openers that met a model that is down: they run once it is back
 
 
 async def tick(engine: Engine, now: datetime) -> TickReport:
@@ -61,10 +62,14 @@ async def tick(engine: Engine, now: datetime) -> TickReport:
 
 async def _run(engine: Engine, claim: Claim) -> str | None:
     """One claimed agent's scheduled event, handled; for an opener, what became of it:
-    "sent", "silent" (the agent chose to say nothing) or "undelivered"."""
+    "sent", "silent" (the agent chose to say nothing), "undelivered" or "waiting" (for the
+    model)."""
     handled = await engine.see_through(claim.scope, claim.event_id)
     if claim.purpose is not Purpose.OPENER:
         return None
+    result = handled.get(claim.event_id)
+    if result is not None and result.deferred:  # not run: the model is down
+        return "waiting"
     if not await engine.outbox.undelivered(claim.event_id):
         return "silent"
     sent = await _deliver(engine, claim, claim.event_id in handled)
