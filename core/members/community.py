@@ -13,6 +13,7 @@ query filters on the tenant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -137,7 +138,9 @@ def _limit(raw: str, limit: Limit) -> float | None:
     try:
         value = float(raw) if limit.dollars else int(raw)
     except ValueError:
-        raise BadSetting(f"{limit.what} must be a number, got {raw[:20]!r}") from None
+        value = math.nan
+    if not math.isfinite(value):  # nan or inf: no JSON Postgres stores, no budget
+        raise BadSetting(f"{limit.what} must be a number, got {raw[:20]!r}")
     if value <= 0:
         raise BadSetting(f"{limit.what} must be more than 0 (empty: no limit of your own)")
     if limit.ceiling is not None and value > limit.ceiling:
