@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import lock_tenant
 from core.errors import BadSetting
+from core.events import clean_text
 from core.members.service import parse_quiet_hours
 from core.models import Agent, Message, Passage, Tenant, Usage, User
 from core.schedule.planning import replan
@@ -121,7 +122,7 @@ def parse_tenant_settings(form: Mapping[str, str]) -> dict[str, Any]:
 
 
 def checked_welcome_text(text: str) -> str:
-    tidy = text.replace("\r\n", "\n").strip()
+    tidy = clean_text(text).replace("\r\n", "\n").strip()
     if len(tidy) > WELCOME_TEXT_LIMIT:
         raise BadSetting(
             f"the welcome text would have {len(tidy)} characters, over its limit of "
