@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import within_ceilings
-from core.errors import ImagesRefused, UploadRejected
+from core.errors import ImagesRefused, PictureRefused, UploadRejected
 from core.events import EventKind, EventStatus, InboundEvent, clean_text
 from core.memory.documents import upload_name
 from core.memory.mind import CallPurpose, CallUsage, Mind
@@ -62,6 +62,7 @@ NO_PICTURES = (
     "I can't see pictures here, sorry: the model I run on reads only text. If you tell me "
     "in words what {name} shows, I'll happily remember it."
 )
+BROKEN = "I could not open {name} as a picture: it may be damaged. Could you share it again?"
 TOLD = "told_no_pictures"  # in the member's settings: told once
 
 
@@ -166,6 +167,9 @@ class Pictures:
             log.info("picture %s of agent %s: %s", dedup_key, scope.agent_id, refused)
             await self._learn(False)
             return await self._unseen(scope, name)
+        except PictureRefused as refused:  # this picture, not the endpoint
+            log.info("picture %s of agent %s: %s", dedup_key, scope.agent_id, refused)
+            raise UploadRejected(BROKEN.format(name=name)) from refused
         await self._learn(True)
         source = f"picture {name}"
         note = SEEN_NOTE.format(name=name, description=description, source=source)
