@@ -25,6 +25,7 @@ from core.models import Meta, Passage
 from core.runtime.pictures import NO_PICTURES, Pictures, Vision, picture_kind
 from core.wire.refusals import classify
 from tests.fake_openai import png
+from tests.test_cost import Recorded
 from tests.wire_rules import openai_refusal
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 20
@@ -135,10 +136,14 @@ async def test_off_never_shows_the_model_a_picture(make_engine_for, fake, clock)
 
 async def test_a_picture_costs_the_member_its_tokens(engine, fake, members):
     fake.pictures[png()] = "A cat."
+    metrics = engine.mind.metrics = Recorded()
     scope = await engine.agent("t", "ana")
     await engine.pictures.see(scope, "a.png", png(), "k1", 0)
     days = await members.usage(engine.clock().date(), "t")
     assert [d.calls for d in days] == [1] and days[0].spent.tokens > 85
+    # The operator's counters see the call too (README: they count every model call).
+    counted = metrics.counts["prompt_tokens_total"] + metrics.counts["completion_tokens_total"]
+    assert counted == days[0].spent.tokens
 
 
 async def test_a_description_with_nul_or_a_lone_surrogate_is_kept_cleaned(engine, fake, sessions):

@@ -36,6 +36,7 @@ from core.memory.documents import upload_name
 from core.memory.mind import CallPurpose, CallUsage, Mind
 from core.memory.store import AgentStore
 from core.models import Agent, Event, Meta, Tenant, User
+from core.ports import Counter
 from core.runtime.budgets import over_budget
 from core.scope import Scope, enter_scope
 
@@ -196,6 +197,10 @@ class Pictures:
             completion.cached_tokens or 0,
             completion.completion_tokens or 0,
         )
+        metrics = self.mind.metrics  # the operator's counters count every model call
+        metrics.count(Counter.PROMPT_TOKENS, usage.prompt_tokens)
+        metrics.count(Counter.CACHED_TOKENS, usage.cached_tokens)
+        metrics.count(Counter.COMPLETION_TOKENS, usage.completion_tokens)
         return text or "(nothing it could make out)", usage
 
     async def _over_budget(self, scope: Scope) -> bool:
