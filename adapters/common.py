@@ -192,13 +192,17 @@ LIMIT_NAMES = {  # as admins type them in a slash command
 NO_LIMITS = "Limits are set by the operator here; ask them."
 
 
+def _amount(value: float, dollars: bool) -> str:
+    return f"{value:,.2f}" if dollars else f"{value:,.0f}"  # never 1e+06
+
+
 async def limits_text(community: Community | None, tenant: str) -> str:
     if community is None:
         return NO_LIMITS
     lines = []
     for limit in await community.limits(tenant):
-        mine = "none of yours" if limit.value is None else f"{limit.value:g}"
-        ceiling = "none" if limit.ceiling is None else f"{limit.ceiling:g}"
+        mine = "none of yours" if limit.value is None else _amount(limit.value, limit.dollars)
+        ceiling = "none" if limit.ceiling is None else _amount(limit.ceiling, limit.dollars)
         lines.append(f"{limit.what}: {mine} (the operator's ceiling: {ceiling})")
     return "\n".join(lines)
 
@@ -210,7 +214,7 @@ async def set_limits(
     if community is None:
         return NO_LIMITS
     current = await community.limits(tenant)
-    form = {limit.key: "" if limit.value is None else f"{limit.value:g}" for limit in current}
+    form = {limit.key: "" if limit.value is None else str(limit.value) for limit in current}
     for name, value in changes.items():
         form[LIMIT_NAMES[name]] = "" if value.strip() == CLEAR else value
     try:

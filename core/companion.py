@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import BadSetting
+from core.events import clean_text
 
 NAME_LIMIT = 40
 INSTRUCTIONS_LIMIT = 4000
@@ -48,7 +49,7 @@ def profile_of(settings: dict[str, Any] | None) -> CompanionProfile:
 
 
 def _tidy(text: str) -> str:
-    return text.replace("\r\n", "\n").strip()
+    return clean_text(text).replace("\r\n", "\n").strip()
 
 
 def _within(what: str, text: str, limit: int) -> str:
@@ -59,7 +60,7 @@ def _within(what: str, text: str, limit: int) -> str:
 
 def checked(name: str, persona: str, instructions: str, persona_limit: int) -> CompanionProfile:
     """The profile as typed, tidied and held to its limits; `BadSetting` says which is over."""
-    name = re.sub(r"\s+", " ", name).strip()
+    name = re.sub(r"\s+", " ", clean_text(name)).strip()
     if any(c in name for c in "<>@#`*_~|"):
         raise BadSetting("the name may not contain < > @ # ` * _ ~ |")
     return CompanionProfile(

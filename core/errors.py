@@ -10,6 +10,7 @@
     │   ├── ModelTimeout       no answer within the timeout
     │   ├── ModelUnavailable   down, overloaded or rate-limiting, after retries: it may pass
     │   ├── ImagesRefused      it takes no pictures (a text-only model)
+    │   ├── PictureRefused     it could not open this one picture (damaged, or not an image)
     │   └── ModelSetupError    it refuses our requests as it is set up: `fix` says what to do
     ├── EmbeddingError         the embedding endpoint failed
     │   └── WrongDimension     it answered with vectors of another size than the database's
@@ -81,6 +82,11 @@ class ModelUnavailable(ModelError):
 
 class ImagesRefused(ModelError):
     """The model endpoint does not take pictures (image parts): a text-only model."""
+
+
+class PictureRefused(ModelError):
+    """The endpoint could not open a picture it was shown (truncated, damaged, too large to
+    decode): the member's picture, not the endpoint's setup."""
 
 
 class ModelSetupError(ModelError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.companion import Reach, Where, channel_ids
+from core.companion import MAX_CHANNELS, Reach, Where, channel_ids
 from core.errors import BadSetting
 from core.members.admission import BLOCKED_NOTICE, Admission
 
@@ -70,3 +70,18 @@ async def test_a_block_outlives_the_members_own_forget_me(engine, members):
     again = await members.admission.admit("g", "ana", Where("C1"))
     assert not again.answer and again.notice is None  # still blocked, already told
     assert [b.user for b in await members.admission.blocked("g")] == ["ana"]
+
+
+async def test_slash_commands_name_no_more_channels_than_the_admin_pages_take(members):
+    """One channel at a time (a slash command) stops where the admin pages' lists do, or
+    the pages could no longer save the rules (and every message scans a longer list)."""
+    admission = members.admission
+    for n in range(MAX_CHANNELS):
+        await admission.place("t", "admin1", f"C{n}", "never")
+    with pytest.raises(BadSetting, match=f"at most {MAX_CHANNELS} channels"):
+        await admission.place("t", "admin1", "C999", "never")
+    with pytest.raises(BadSetting, match=f"at most {MAX_CHANNELS} channels"):
+        await admission.change_reach("t", "admin1", channels=tuple(f"A{n}" for n in range(51)))
+    reach = await admission.reach("t")
+    assert len(reach.never) == MAX_CHANNELS and "C999" not in reach.never
+    await admission.place("t", "admin1", "C0", "answer")  # moving one stays possible

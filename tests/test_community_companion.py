@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.common import set_welcome_text
 from core.config import DEFAULT_PERSONA, EngineConfig
 from core.errors import BadSetting
 from core.events import EventKind, InboundEvent
@@ -160,3 +161,21 @@ async def test_instructions_are_bounded_in_a_small_window(make_engine_for, fake,
     system = system_of(fake.chat_requests[-1])
     assert "[... cut here: 3949 characters in all; the rest is not shown]\n</community>" in system
     assert system.count("bees") < 790 // 2
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"])
+async def test_a_nul_or_lone_surrogate_from_an_admin_is_stored_replaced(engine, fake, clock, bad):
+    """Slash commands carry what the admin typed: Postgres's JSON takes neither character."""
+    members = Members(engine.sessions, engine.mind.config, clock)
+    await members.profiles.change(
+        "guild", "admin1", name=f"Hi{bad}ve", persona=f"I am{bad} Hive.", instructions=f"Be{bad}es"
+    )
+    profile, _ = await members.profiles.get("guild")
+    assert profile.stored == {
+        "name": "Hi\ufffdve",
+        "persona": "I am\ufffd Hive.",
+        "instructions": "Be\ufffdes",
+    }
+    said = await set_welcome_text(members, "guild", "admin1", f"Read{bad} #rules")
+    assert said.startswith("Saved")
+    assert (await members.tenant_settings("guild"))["welcome_text"] == "Read\ufffd #rules"

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.common import WELCOME_EVENT, Services, welcome_text
+from adapters.common import WELCOME_EVENT, Services, set_limits, welcome_text
 from core.config import EngineConfig, within_ceilings
 from core.errors import BadSetting
 from core.events import EventKind, InboundEvent
 from core.members.community import Community
 from core.members.service import Members
+from core.prices import Price
 from core.runtime.budgets import BUDGET_REPLY, RATE_REPLY
 
 
@@ -89,3 +90,25 @@ async def test_the_welcome_says_what_the_admins_asked(engine, fake, members, clo
         await community.change_settings("g", "admin1", {**form, "welcome_text": "x" * 1001})
     await community.change_settings("g", "admin1", {**form, "welcome": "off"})
     assert await services.welcome_event("g", "Nia") is None
+
+
+async def test_a_large_limit_does_not_lock_the_others(make_engine_for, clock):
+    """A budget of a million tokens, set by slash command, leaves the other limits settable
+    (it came back to the form as '1e+06', which no token limit parses)."""
+    engine = make_engine_for(EngineConfig(rate_limit=30))
+    community = Community(engine.sessions, engine.mind.config, clock)
+    said = await set_limits(community, "g", "admin1", {"community_tokens": "2000000"})
+    assert said.startswith("Saved.") and "2,000,000" in said
+    said = await set_limits(community, "g", "admin1", {"messages": "5"})
+    assert said.startswith("Saved."), said
+    limits = {limit.key: limit.value for limit in await community.limits("g")}
+    assert (limits["rate_limit"], limits["tenant_daily_tokens"]) == (5, 2_000_000)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "-inf"])
+async def test_a_dollar_limit_that_is_no_number_is_refused(make_engine_for, clock, value):
+    engine = make_engine_for(EngineConfig(price=Price(1.0, 0.5, 2.0)))
+    community = Community(engine.sessions, engine.mind.config, clock)
+    said = await set_limits(community, "g", "admin1", {"member_dollars": value})
+    assert said.startswith("Not saved:") and "must be a number" in said, said
+    assert [limit.value for limit in await community.limits("g")] == [None] * 5

@@ -612,6 +612,21 @@ async def place(bot, channel_id: int, name: str, mode: str) -> list[str]:
     return bot.answers(asked)
 
 
+async def test_a_thread_missing_from_the_cache_keeps_its_channels_rules(bot, fake):
+    """discord.py hands a message in a thread it has not cached (archived, a server not
+    loaded yet) with a channel that names no parent: the parent is asked for, so a thread
+    of a channel it never answers in stays unanswered and unstored."""
+    archived = 1_100_000_000_000_000_071
+    bot.api.channels[archived] = thread(archived, GUILD, GENERAL, ANN)
+    await place(bot, GENERAL, "general", "never")
+    await bot.mention(ANN, "hello from an old thread", channel=archived)
+    assert fake.requests == [] and not bot.api.sent(archived)
+    assert await bot.members.view(TENANT, str(ANN)) is None
+    await place(bot, GENERAL, "general", "default")
+    await bot.mention(ANN, "and now?", channel=archived)
+    assert bot.api.texts(archived) == ["You said: and now?"]
+
+
 async def test_admins_choose_the_channels_it_answers_in_and_turn_dms_off(bot, fake, sessions):
     elsewhere = 1_100_000_000_000_000_070
     said = await place(bot, elsewhere, "bots", "answer")

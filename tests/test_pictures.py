@@ -6,18 +6,26 @@ image parts the way OpenAI's rules do."""
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from sqlalchemy import select
 
 from bot.settings import Settings
 from core.config import EngineConfig
-from core.errors import ConfigError, ImagesRefused, ModelSetupError, UploadRejected
+from core.errors import (
+    ConfigError,
+    ImagesRefused,
+    ModelSetupError,
+    PictureRefused,
+    UploadRejected,
+)
 from core.events import EventKind, InboundEvent
 from core.models import Meta, Passage
 from core.runtime.pictures import NO_PICTURES, Pictures, Vision, picture_kind
 from core.wire.refusals import classify
 from tests.fake_openai import png
+from tests.test_cost import Recorded
 from tests.wire_rules import openai_refusal
 
 JPEG = b"\xff\xd8\xff\xe0" + b"\x00" * 20
@@ -128,10 +136,14 @@ async def test_off_never_shows_the_model_a_picture(make_engine_for, fake, clock)
 
 async def test_a_picture_costs_the_member_its_tokens(engine, fake, members):
     fake.pictures[png()] = "A cat."
+    metrics = engine.mind.metrics = Recorded()
     scope = await engine.agent("t", "ana")
     await engine.pictures.see(scope, "a.png", png(), "k1", 0)
     days = await members.usage(engine.clock().date(), "t")
     assert [d.calls for d in days] == [1] and days[0].spent.tokens > 85
+    # The operator's counters see the call too (README: they count every model call).
+    counted = metrics.counts["prompt_tokens_total"] + metrics.counts["completion_tokens_total"]
+    assert counted == days[0].spent.tokens
 
 
 async def test_a_description_with_nul_or_a_lone_surrogate_is_kept_cleaned(engine, fake, sessions):
@@ -153,3 +165,36 @@ async def test_a_spent_budget_is_not_spent_further_on_pictures(make_engine_for, 
     seen = await engine.pictures.see(scope, "a.png", png(), "k1", 0)
     assert "budget" in seen.note and seen.notice is None
     assert [r for r in fake.requests if not r.get("tools")] == []
+
+
+OPENAI_BROKEN_PICTURE = (
+    "You uploaded an unsupported image. Please make sure your image is below 20 MB in size "
+    "and is of one the following formats: ['png', 'jpeg', 'gif', 'webp']."
+)
+
+
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        (400, OPENAI_BROKEN_PICTURE),
+        (400, "You uploaded an unsupported image. Please make sure your image is valid."),
+        (400, "cannot identify image file <_io.BytesIO object at 0x7f>"),  # vLLM (PIL)
+        (400, "failed to load image or audio file"),  # llama.cpp
+    ],
+)
+def test_a_picture_the_server_cannot_open_is_the_pictures_fault(status, message):
+    refused = classify(status, message, "invalid_image_format")
+    assert isinstance(refused, PictureRefused) and not isinstance(refused, ModelSetupError)
+
+
+async def test_a_broken_picture_is_refused_to_its_member_not_a_setup_error(engine, fake):
+    """A truncated PNG (its first bytes right) reaches the model, which cannot open it: the
+    member hears their picture could not be opened; the endpoint is not misconfigured."""
+    error = {"message": OPENAI_BROKEN_PICTURE, "type": "invalid_request_error"}
+    fake.fail_next(400, json.dumps({"error": {**error, "code": "invalid_image_format"}}))
+    scope = await engine.agent("t", "ana")
+    with pytest.raises(UploadRejected, match="I could not open broken.png as a picture"):
+        await engine.pictures.see(scope, "broken.png", png()[:40], "k1", 0)
+    assert engine.mind.health.state()[0] == "ok"
+    fake.pictures[png()] = "A cat."
+    assert "A cat." in (await engine.pictures.see(scope, "a.png", png(), "k2", 0)).note

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import discord
@@ -201,10 +202,19 @@ class CompanionClient(discord.Client):
 
     async def _take(self, message: discord.Message, me: discord.ClientUser) -> None:
         where, guild_id = where_of(message, me), guild_id_of(message)
+        if guild_id is not None and isinstance(message.channel, discord.PartialMessageable):
+            where = await self._inside(where, message.channel.id)
         if not where.addressed and not await self._open_channel(guild_id, where):
             return
         tenant = await self.tenant_of(guild_id, message.author.id)
         await handle_message(self.services, tenant, message, me, where)
+
+    async def _inside(self, where: Where, channel_id: int) -> Where:
+        """A channel discord.py has not cached (an archived thread, a server not loaded
+        yet) names no parent: ask Discord, so a thread keeps its channel's rules."""
+        channel = await self.fetch_channel(channel_id)
+        parent = getattr(channel, "parent_id", None)
+        return replace(where, parents=(str(parent),) if parent else ())
 
     async def _open_channel(self, guild_id: int | None, where: Where) -> bool:
         """A message not addressed to the bot, in a channel where every message is for it."""

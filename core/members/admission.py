@@ -24,7 +24,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from core.companion import REACH_KEY, Reach, Where, reach_of
+from core.companion import MAX_CHANNELS, REACH_KEY, Reach, Where, reach_of
 from core.config import EngineConfig
 from core.errors import BadSetting
 from core.models import Agent, Tenant, User
@@ -135,6 +135,9 @@ class Admission:
                 before.dms if dms is None else dms,
                 tuple(sorted({**dict(before.names), **(names or {})}.items())),
             )
+            longest = max(len(wanted.channels), len(wanted.never))
+            if longest > MAX_CHANNELS:  # as many as the admin pages' lists take
+                raise BadSetting(f"at most {MAX_CHANNELS} channels, got {longest}")
             both = set(wanted.channels) & set(wanted.never)
             if both or wanted.open_channel in wanted.never:
                 clash = ", ".join(sorted(both)) or wanted.open_channel

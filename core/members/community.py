@@ -13,6 +13,7 @@ query filters on the tenant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from core.config import EngineConfig
 from core.directory import lock_tenant
 from core.errors import BadSetting
+from core.events import clean_text
 from core.members.service import parse_quiet_hours
 from core.models import Agent, Message, Passage, Tenant, Usage, User
 from core.schedule.planning import replan
@@ -120,7 +122,7 @@ def parse_tenant_settings(form: Mapping[str, str]) -> dict[str, Any]:
 
 
 def checked_welcome_text(text: str) -> str:
-    tidy = text.replace("\r\n", "\n").strip()
+    tidy = clean_text(text).replace("\r\n", "\n").strip()
     if len(tidy) > WELCOME_TEXT_LIMIT:
         raise BadSetting(
             f"the welcome text would have {len(tidy)} characters, over its limit of "
@@ -137,7 +139,9 @@ def _limit(raw: str, limit: Limit) -> float | None:
     try:
         value = float(raw) if limit.dollars else int(raw)
     except ValueError:
-        raise BadSetting(f"{limit.what} must be a number, got {raw[:20]!r}") from None
+        value = math.nan
+    if not math.isfinite(value):  # nan or inf: no JSON Postgres stores, no budget
+        raise BadSetting(f"{limit.what} must be a number, got {raw[:20]!r}")
     if value <= 0:
         raise BadSetting(f"{limit.what} must be more than 0 (empty: no limit of your own)")
     if limit.ceiling is not None and value > limit.ceiling:

@@ -30,12 +30,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import within_ceilings
-from core.errors import ImagesRefused, UploadRejected
+from core.errors import ImagesRefused, PictureRefused, UploadRejected
 from core.events import EventKind, EventStatus, InboundEvent, clean_text
 from core.memory.documents import upload_name
 from core.memory.mind import CallPurpose, CallUsage, Mind
 from core.memory.store import AgentStore
 from core.models import Agent, Event, Meta, Tenant, User
+from core.ports import Counter
 from core.runtime.budgets import over_budget
 from core.scope import Scope, enter_scope
 
@@ -62,6 +63,7 @@ NO_PICTURES = (
     "I can't see pictures here, sorry: the model I run on reads only text. If you tell me "
     "in words what {name} shows, I'll happily remember it."
 )
+BROKEN = "I could not open {name} as a picture: it may be damaged. Could you share it again?"
 TOLD = "told_no_pictures"  # in the member's settings: told once
 
 
@@ -166,6 +168,9 @@ class Pictures:
             log.info("picture %s of agent %s: %s", dedup_key, scope.agent_id, refused)
             await self._learn(False)
             return await self._unseen(scope, name)
+        except PictureRefused as refused:  # this picture, not the endpoint
+            log.info("picture %s of agent %s: %s", dedup_key, scope.agent_id, refused)
+            raise UploadRejected(BROKEN.format(name=name)) from refused
         await self._learn(True)
         source = f"picture {name}"
         note = SEEN_NOTE.format(name=name, description=description, source=source)
@@ -192,6 +197,10 @@ class Pictures:
             completion.cached_tokens or 0,
             completion.completion_tokens or 0,
         )
+        metrics = self.mind.metrics  # the operator's counters count every model call
+        metrics.count(Counter.PROMPT_TOKENS, usage.prompt_tokens)
+        metrics.count(Counter.CACHED_TOKENS, usage.cached_tokens)
+        metrics.count(Counter.COMPLETION_TOKENS, usage.completion_tokens)
         return text or "(nothing it could make out)", usage
 
     async def _over_budget(self, scope: Scope) -> bool:

@@ -8,6 +8,7 @@
                                  the model's output: the model is told), ModelUnavailable
                                  (down, overloaded, rate-limiting: try again later),
                                  ImagesRefused (a text-only model was shown a picture),
+                                 PictureRefused (it could not open that one picture),
                                  ModelSetupError (the endpoint refuses our requests as it is
                                  set up: `fix` tells the operator what to change)
 
@@ -26,6 +27,7 @@ from core.errors import (
     ModelError,
     ModelSetupError,
     ModelUnavailable,
+    PictureRefused,
     PromptTooLong,
 )
 
@@ -71,6 +73,14 @@ IMAGES_REFUSED = re.compile(
     r"image_url is only supported by certain models|image input is not supported|"
     r"at most 0 image|does not support (images?|vision)|not a multimodal model|"
     r"model does not support image",
+    re.I,
+)
+# A picture the server could not open (OpenAI, vLLM's PIL, llama.cpp): the member's picture
+# is broken, whatever its first bytes said; the endpoint is fine.
+PICTURE_BROKEN_CODES = {"invalid_image", "invalid_image_format", "image_parse_error"}
+PICTURE_BROKEN = re.compile(
+    r"unsupported image|invalid image|cannot identify image file|"
+    r"failed to (load|decode|process) (the )?image",
     re.I,
 )
 SETUP_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -141,6 +151,8 @@ def classify(status: int | None, message: str, code: str | None = None) -> Model
     short = _gist(message)
     if status in (400, 422, 500) and IMAGES_REFUSED.search(message):
         return ImagesRefused(f"the model does not take pictures (HTTP {status}: {short[:200]})")
+    if status in (400, 422) and (code in PICTURE_BROKEN_CODES or PICTURE_BROKEN.search(message)):
+        return PictureRefused(f"the model could not open a picture (HTTP {status}: {short[:200]})")
     if status in (400, 413, 422) and (code == TOO_LONG_CODE or TOO_LONG_WORDS.search(message)):
         found = PROMPT_COUNT.search(message)
         count = next((g for g in found.groups() if g), None) if found else None
