@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from adapters.common import Services
@@ -51,13 +52,18 @@ class SharedFile:
 
 
 def message_event(
-    text: str, dedup_key: str, meta: dict[str, Any], files: list[SharedFile]
+    text: str,
+    dedup_key: str,
+    meta: dict[str, Any],
+    files: list[SharedFile],
+    written_at: datetime | None = None,
 ) -> InboundEvent:
     """The words (may be empty beside files); a held message names its files, so that
-    the agent hears which ones never came if their fetcher dies."""
+    the agent hears which ones never came if their fetcher dies. `written_at`, the
+    platform's time of it: a message from before its member's erase is not taken."""
     if files:
         meta = {**meta, "files": [f.name for f in files]}
-    return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key, meta)
+    return InboundEvent(EventKind.USER_MESSAGE, text, dedup_key, meta, written_at)
 
 
 async def admitted(services: Services, tenant: str, user: str, where: Where, tell: Send) -> bool:

@@ -7,14 +7,22 @@ if its admins set one, else the default) and the `human` block.
 Every erase goes through here, and ends the member's inspector sessions in the caller's
 transaction, whichever front end asked (the inspector, Slack, Discord, the CLI): a browser
 signed in before a forget or reset cannot read, or post a form that recreates, the member.
+Each erase also leaves the time it happened in the community's settings (`ERASED`: the
+member's platform id and the time, no words, for ERASED_DAYS): a message written before it
+that a platform sends again, or a channel's read-back after a restart finds, is not taken
+(`core.runtime.intake`), so nothing erased comes back.
 
-    erase_member(session, tenant, user)   forget: the user row and all it owns
-    reset_agent(session, tenant, user)    reset: the agent and all it owns, a fresh agent
+    erase_member(session, tenant, user, now)   forget: the user row and all it owns
+    reset_agent(session, tenant, user, now)    reset: the agent and all it owns, a fresh agent
+    erased_after(session, tenant, user, written)
+                                          whether the member was erased after `written`
     end_sessions(session, tenant, user)   every inspector session of the member (None: of
                                           everyone in the tenant)
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
@@ -24,6 +32,11 @@ from core.companion import profile_of
 from core.config import EngineConfig
 from core.models import Agent, Block, Tenant, User, WebSession
 from core.scope import Scope
+
+ERASED = "erased"  # tenants.settings: {member's platform id: when they were erased, ISO}
+# As long as a platform may still bring back what was written before an erase: a read-back
+# reaches 7 days into a channel's past, a Slack retry minutes.
+ERASED_DAYS = 8
 
 
 async def _upsert_id(session: AsyncSession, model: type, values: dict, keys: list[str]) -> int:
@@ -122,7 +135,7 @@ async def find_agent(session: AsyncSession, tenant: str, user: str) -> Scope | N
 
 
 async def reset_agent(
-    session: AsyncSession, tenant: str, user: str, config: EngineConfig
+    session: AsyncSession, tenant: str, user: str, config: EngineConfig, now: datetime
 ) -> Scope | None:
     """Erase a member's memory and give them a fresh agent; None if there was none.
 
@@ -133,10 +146,11 @@ async def reset_agent(
         return None
     await delete_agent(session, scope)
     await end_sessions(session, tenant, user)
+    await _erased(session, tenant, user, now)
     return await ensure_agent(session, tenant, user, config)
 
 
-async def erase_member(session: AsyncSession, tenant: str, user: str) -> bool:
+async def erase_member(session: AsyncSession, tenant: str, user: str, now: datetime) -> bool:
     """Erase the member: their agent, all its memory, their settings and their sessions."""
     member = await find_user(session, tenant, user)
     if member is None:
@@ -144,7 +158,31 @@ async def erase_member(session: AsyncSession, tenant: str, user: str) -> bool:
         return False
     await session.execute(delete(User).where(User.id == member.id))
     await end_sessions(session, tenant, user)
+    await _erased(session, tenant, user, now)
     return True
+
+
+async def _erased(session: AsyncSession, tenant: str, user: str, now: datetime) -> None:
+    """Note the erase in the community's settings; notes older than ERASED_DAYS go."""
+    row = await lock_tenant(session, tenant)
+    if row is None:
+        return
+    settings = dict(row.settings or {})
+    since = now - timedelta(days=ERASED_DAYS)
+    kept = {
+        who: when
+        for who, when in (settings.get(ERASED) or {}).items()
+        if datetime.fromisoformat(when) > since
+    }
+    row.settings = {**settings, ERASED: {**kept, user: now.isoformat()}}
+
+
+async def erased_after(session: AsyncSession, tenant: str, user: str, written: datetime) -> bool:
+    """Whether the member was erased after `written` (their message is from before it)."""
+    when = await session.scalar(
+        select(Tenant.settings[ERASED][user].astext).where(Tenant.key == tenant)
+    )
+    return when is not None and datetime.fromisoformat(when) > written
 
 
 async def end_sessions(session: AsyncSession, tenant: str, user: str | None) -> None:

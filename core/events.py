@@ -8,6 +8,7 @@ of event enters the agent's FIFO queue.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -72,6 +73,7 @@ class InboundEvent:
     text: str
     dedup_key: str | None = None  # the platform's id for it: a redelivery is stored once
     meta: dict[str, Any] = field(default_factory=dict)
+    written_at: datetime | None = None  # when the platform says it was written
 
     def payload(self) -> dict[str, Any]:
         if len(self.text) > MAX_EVENT_CHARS:

@@ -170,7 +170,8 @@ async def handle_message(
     text = spoken_text(message, me)
     if not text and not files:
         text = message.clean_content  # a bare mention: the member called the bot
-    event = message_event(text, f"discord:msg:{message.id}", _meta(message), files)
+    key, meta = f"discord:msg:{message.id}", _meta(message)
+    event = message_event(text, key, meta, files, message.created_at)
     async with engine.activity.working():
         user, name = str(author.id), author.display_name
         stored = await store_message(engine, tenant, user, name, event, bool(files), reply)

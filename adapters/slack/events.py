@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -153,7 +154,16 @@ class SlackMessage:
         }
 
     def event(self) -> InboundEvent:
-        return message_event(self.words, message_key(self.channel, self.ts), self.meta, self.files)
+        key, written = message_key(self.channel, self.ts), slack_time(self.ts)
+        return message_event(self.words, key, self.meta, self.files, written)
+
+
+def slack_time(ts: str) -> datetime | None:
+    """The time a Slack `ts` ("1733312345.000200") names; None for one that names none."""
+    try:
+        return datetime.fromtimestamp(float(ts), UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def message_key(channel: str, ts: str) -> str:

@@ -245,7 +245,7 @@ class Members:
         async with self.sessions() as session, session.begin():
             member = await find_user(session, tenant, user)
             blocked = member is not None and bool((member.settings or {}).get("blocked"))
-            erased = await erase_member(session, tenant, user)
+            erased = await erase_member(session, tenant, user, self.clock())
             if erased and blocked and member is not None:
                 kept = {"blocked": True, "blocked_told": True}
                 session.add(User(tenant_id=member.tenant_id, external_id=user, settings=kept))
@@ -299,7 +299,7 @@ class Members:
     async def admin_reset(self, tenant: str, actor: str, user: str) -> bool:
         """Erase a member's memory (after any turn in progress); False if there was none."""
         async with self.sessions() as session, session.begin():
-            scope = await reset_agent(session, tenant, user, self.config)
+            scope = await reset_agent(session, tenant, user, self.config, self.clock())
             await self._audit_in(session, tenant, actor, "reset", user, {"found": bool(scope)})
             return scope is not None
 

@@ -9,6 +9,7 @@ insert_event(...)  the event's row, deduplicated by its key (per agent)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,13 +20,14 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from core.config import EngineConfig
-from core.directory import ensure_agent
+from core.directory import ensure_agent, erased_after
 from core.events import EventStatus, InboundEvent
 from core.members.admission import Admitted
 from core.models import Event
 from core.runtime.handling import agent_events
 from core.scope import Scope, enter_scope
 
+log = logging.getLogger(__name__)
 ADMITTED = Admitted(True)
 Admit = Callable[[AsyncSession], Awaitable[Admitted]]  # the admins' rules, in a transaction
 
@@ -57,6 +59,10 @@ async def take(
         verdict = await admit(session) if admit is not None else ADMITTED
         if not verdict.answer:
             return Taken(verdict)
+        written = event.written_at
+        if written is not None and await erased_after(session, tenant, user, written):
+            log.info("a message written before its member was erased is not taken")
+            return Taken(Admitted(False))
         scope = await ensure_agent(session, tenant, user, config, display_name)
         await enter_scope(session, scope)
         event_id, _ = await insert_event(session, scope, event, now, hold, payload)
