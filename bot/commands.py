@@ -62,7 +62,7 @@ async def _export(app: App, args: argparse.Namespace) -> int:
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     if args.output:
         try:
-            await asyncio.to_thread(Path(args.output).write_text, text + "\n", encoding="utf-8")
+            await asyncio.to_thread(_write_whole, Path(args.output), text + "\n")
         except OSError as error:
             raise ConfigError(f"cannot write {args.output}: {error.strerror}") from None
         print(
@@ -73,6 +73,22 @@ async def _export(app: App, args: argparse.Namespace) -> int:
     else:
         print(text)
     return 0
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `path` whole or not at all: a regular file goes to a temporary file beside it,
+    renamed over it once written, so that a full disk or a kill halfway leaves the previous
+    export as it was, never a truncated one (a pipe or a device is written directly)."""
+    path = Path(os.path.realpath(path))  # a link stays a link to the new export
+    if path.exists() and not path.is_file():
+        path.write_text(text, encoding="utf-8")
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _read_export(path: str) -> Any:

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import pty
+import resource
 
 import pytest
 
@@ -376,6 +377,45 @@ async def test_a_closed_stdout_is_no_database_failure(fake, pg_url, schema):
     _, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 1, err
     assert err.decode() == "", err
+
+
+async def test_an_export_that_fails_halfway_leaves_the_previous_file_whole(
+    fake, pg_url, schema, tmp_path
+):
+    """`companion export -o FILE` over last night's export, stopped halfway (here by a file
+    size limit: a full disk or a kill is the same): FILE was truncated first, then cut off,
+    the previous export lost. Now it is replaced only once the new one is written whole."""
+    env = cli_env(fake, pg_url, schema)
+    assert (await run_cli(env, "chat", "--user", "ana", stdin="hello\n" * 30)).code == 0
+    target = tmp_path / "ana.json"
+    assert (
+        await run_cli(env, "export", "--tenant", "local", "--user", "ana", "-o", str(target))
+    ).code == 0
+    previous = target.read_bytes()
+    assert len(previous) > 4000
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    proc = await asyncio.create_subprocess_exec(
+        *COMPANION,
+        "export",
+        "--tenant",
+        "local",
+        "--user",
+        "ana",
+        "-o",
+        str(target),
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+        preexec_fn=limited,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2, err
+    assert err.decode().startswith(f"companion: cannot write {target}: File too large"), err
+    assert target.read_bytes() == previous
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ana.json"]
 
 
 class Terminal(io.StringIO):

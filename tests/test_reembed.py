@@ -96,6 +96,34 @@ async def test_an_interrupted_change_keeps_the_old_vectors_and_the_next_run_fini
     assert await state(sessions) == ([24], "24")
 
 
+class Flat(Embedder):
+    """Another model: every text the same vector, unlike anything `Embedder` gives."""
+
+    async def embed(self, texts):
+        await super().embed(texts)
+        return [[1.0] + [0.0] * (self.dim - 1) for _ in texts]
+
+
+async def test_an_interrupted_change_is_not_continued_by_another_model(sessions):
+    # Found: a switch to model A killed halfway left A's vectors in the side column; a switch
+    # to model B of the same size then filled only the rest and swapped in a mix of both,
+    # recorded as B's.
+    await notes_stored(sessions)
+    with pytest.raises(EmbeddingError):
+        await change_dimension(sessions, Embedder(24, fail_on=3), 24, batch=40, model="a")
+    assert await change_dimension(sessions, Flat(24), 24, batch=40, model="b") == len(NOTES) + 1
+    async with sessions() as session:
+        others = await session.scalar(
+            text(
+                "SELECT count(*) FROM passage_vectors WHERE vector_dims(embedding) <> 24 "
+                "OR embedding <=> CAST(:flat AS halfvec(24)) > 0.001"
+            ),
+            {"flat": str([1.0] + [0.0] * 23)},
+        )
+        model = await session.scalar(text("SELECT value FROM meta WHERE key = 'embedding_model'"))
+    assert (others, model) == (0, "b")
+
+
 async def test_reembed_missing_only_touches_passages_without_vectors(sessions):
     async with sessions() as session, session.begin():
         scope = await ensure_agent(session, "t", "u", EngineConfig())

@@ -12,10 +12,12 @@ An operator command, not an agent action. Nothing is destroyed on a guess: the m
 asked first, and a new dimension is filled into a side column while the old vectors and
 their index keep serving searches; the swap (column, HNSW index, `meta`) is one
 transaction at the end. An interrupted run leaves the side column behind and the next run
-continues it. Switching to another model of the same size goes the same way (the side
-column, swapped at the end): until then the old model's vectors serve searches, never a mix
-of two models' vectors, which would compare numbers from two different spaces. Vectors are
-beside their rows, in `passage_vectors` and `message_vectors` (`KINDS`).
+continues it, if it embeds with the same model (`meta` notes which model fills the side
+column; another model starts it afresh). Switching to another model of the same size goes
+the same way (the side column, swapped at the end): until then the old model's vectors
+serve searches, never a mix of two models' vectors, which would compare numbers from two
+different spaces. Vectors are beside their rows, in `passage_vectors` and `message_vectors`
+(`KINDS`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from core.ports import Embedder, Progress
 
 SIDE_COLUMN = "embedding_next"
 MODEL_KEY = "embedding_model"  # in `meta`: the model that made the stored vectors
+NEXT_MODEL_KEY = "embedding_next_model"  # in `meta`: the model filling SIDE_COLUMN
 KINDS = (PASSAGE_VECTORS, MESSAGE_VECTORS)  # re-embedded in this order
 
 
@@ -79,13 +82,13 @@ async def record_model(sessions: async_sessionmaker[AsyncSession], model: str) -
         await _record_model(session, model)
 
 
-async def _record_model(session: AsyncSession, model: str) -> None:
+async def _record_model(session: AsyncSession, model: str, key: str = MODEL_KEY) -> None:
     await session.execute(
         text(
             "INSERT INTO meta (key, value) VALUES (:key, :model) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         ),
-        {"key": MODEL_KEY, "model": model},
+        {"key": key, "model": model},
     )
 
 
@@ -164,8 +167,12 @@ async def change_dimension(
     another: the old vectors serve until the swap."""
     await check_model(embedder, dim)
     async with sessions() as session, session.begin():
-        for kind in KINDS:
-            await _side_column(session, kind.table, dim)
+        filled_by = await session.scalar(
+            text("SELECT value FROM meta WHERE key = :key"), {"key": NEXT_MODEL_KEY}
+        )
+        for kind in KINDS:  # an interrupted run's vectors are kept only if from this model
+            await _side_column(session, kind.table, dim, keep=(filled_by or "") == (model or ""))
+        await _record_model(session, model or "", NEXT_MODEL_KEY)
     missing = f"v.{SIDE_COLUMN} IS NULL"
     count = await _fill(sessions, embedder, SIDE_COLUMN, missing, batch, progress)
     async with sessions() as session, session.begin():
@@ -188,6 +195,7 @@ async def change_dimension(
         await _record(session, dim)
         if model is not None:
             await _record_model(session, model)
+        await session.execute(text("DELETE FROM meta WHERE key = :key"), {"key": NEXT_MODEL_KEY})
     return count
 
 
@@ -206,14 +214,16 @@ async def adopt_dimension(sessions: async_sessionmaker[AsyncSession], dim: int) 
             ):
                 return False
         for kind in KINDS:
-            await _side_column(session, kind.table, dim)
+            await _side_column(session, kind.table, dim, keep=False)
             await _swap(session, kind, dim)
         await _record(session, dim)
+        await session.execute(text("DELETE FROM meta WHERE key = :key"), {"key": NEXT_MODEL_KEY})
     return True
 
 
-async def _side_column(session: AsyncSession, table: str, dim: int) -> None:
-    """An empty `embedding_next` of `dim` numbers, unless one is there (an interrupted run)."""
+async def _side_column(session: AsyncSession, table: str, dim: int, keep: bool = True) -> None:
+    """An empty `embedding_next` of `dim` numbers, unless one is there (an interrupted run)
+    and `keep` (its vectors come from the model embedding now)."""
     side = await session.scalar(
         text(
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
@@ -221,7 +231,7 @@ async def _side_column(session: AsyncSession, table: str, dim: int) -> None:
         ),
         {"table": table, "name": SIDE_COLUMN},
     )
-    if side != f"halfvec({dim})":  # absent, or left by a run for another size or type
+    if not keep or side != f"halfvec({dim})":  # absent, or left by another model or size
         await session.execute(text(f"ALTER TABLE {table} DROP COLUMN IF EXISTS {SIDE_COLUMN}"))
         await session.execute(
             text(f"ALTER TABLE {table} ADD COLUMN {SIDE_COLUMN} halfvec({int(dim)})")
