@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bot import idle_stop
+from bot.export_files import read_export, write_whole
 from bot.log_filters import redact
 from bot.observability import configure_logging, log_options
 from bot.progress import Starting
 from bot.settings import Settings
-from core.errors import AgentNotFound, BadExport, CompanionError, ConfigError
+from core.errors import AgentNotFound, CompanionError, ConfigError
 
 if TYPE_CHECKING:
     from bot.app import App
@@ -62,7 +63,7 @@ async def _export(app: App, args: argparse.Namespace) -> int:
     text = json.dumps(doc, ensure_ascii=False, indent=2)
     if args.output:
         try:
-            await asyncio.to_thread(_write_whole, Path(args.output), text + "\n")
+            await asyncio.to_thread(write_whole, Path(args.output), text + "\n")
         except OSError as error:
             raise ConfigError(f"cannot write {args.output}: {error.strerror}") from None
         print(
@@ -75,41 +76,11 @@ async def _export(app: App, args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Write `path` whole or not at all: a regular file goes to a temporary file beside it,
-    renamed over it once written, so that a full disk or a kill halfway leaves the previous
-    export as it was, never a truncated one (a pipe or a device is written directly)."""
-    path = Path(os.path.realpath(path))  # a link stays a link to the new export
-    if path.exists() and not path.is_file():
-        path.write_text(text, encoding="utf-8")
-        return
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
-
-
-def _read_export(path: str) -> Any:
-    try:
-        raw = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-        return json.loads(raw)
-    except OSError as error:
-        raise BadExport(f"cannot read {path}: {error.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BadExport(f"{path} is not valid JSON: {error}") from None
-    except (RecursionError, ValueError):
-        raise BadExport(
-            f"{path} is not JSON I can read: nested too deeply or numbers too large"
-        ) from None
-
-
 async def _import(app: App, args: argparse.Namespace) -> int:
     from bot.progress import Progress
     from core.members.portability import parse_export
 
-    export = parse_export(_read_export(args.file))  # checked whole before anything is written
+    export = parse_export(read_export(args.file))  # checked whole before anything is written
     tenant = args.tenant or export.tenant
     user = args.user or export.user
     if not tenant or not user:
