@@ -352,3 +352,28 @@ async def discord_rig(
     finally:
         discord.http.Route.BASE = base
         discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = gateway
+
+
+@asynccontextmanager
+async def elsewhere() -> AsyncIterator[tuple[str, list[dict[str, str]]]]:
+    """A server off the platforms (its address, and the headers of each request it got):
+    what a file link pointing outside Discord or Slack would reach."""
+    from aiohttp import web
+
+    asked: list[dict[str, str]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        asked.append(dict(request.headers))
+        return web.Response(body=b"internal metadata")
+
+    app = web.Application()
+    app.router.add_get("/{name}", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", asked
+    finally:
+        await runner.cleanup()

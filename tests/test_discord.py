@@ -49,7 +49,7 @@ from tests.fake_openai import (
     summary_of,
     tool_call,
 )
-from tests.rigs import discord_rig, settle
+from tests.rigs import discord_rig, elsewhere, settle
 from tests.test_slack import signed_in, still_signed_in
 
 GUILD = 1_100_000_000_000_000_001
@@ -846,26 +846,9 @@ async def test_a_picture_that_is_not_one_or_too_big_is_refused_and_the_words_go_
 async def test_an_attachment_whose_address_is_not_discords_is_not_fetched(bot, sessions):
     """An attachment pointing off Discord's CDN is never fetched: the member hears which
     file, and the words beside it are answered."""
-    from aiohttp import web
-
-    asked: list[str] = []
-
-    async def elsewhere(request: web.Request) -> web.Response:
-        asked.append(request.path)
-        return web.Response(body=b"internal metadata")
-
-    app = web.Application()
-    app.router.add_get("/{name}", elsewhere)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        off = attachment(f"http://127.0.0.1:{port}/notes.txt", "notes.txt", 17)
+    async with elsewhere() as (address, asked):
+        off = attachment(f"{address}/notes.txt", "notes.txt", 17)
         await bot.mention(ANN, "read this", attachments=[off])
-    finally:
-        await runner.cleanup()
     assert asked == []
     texts = bot.api.texts(GENERAL)
     assert any("notes.txt" in t and "Discord" in t for t in texts), texts

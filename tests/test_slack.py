@@ -15,7 +15,7 @@ from core.runtime.budgets import BUDGET_REPLY
 from core.tenants.access import Access
 from tests.fake_openai import last_user_text, png, say
 from tests.fake_slack import BOT_USER, TEAM
-from tests.rigs import slack_envelope, slack_message, slack_rig, slack_ts
+from tests.rigs import elsewhere, slack_envelope, slack_message, slack_rig, slack_ts
 
 
 @pytest.fixture
@@ -450,32 +450,15 @@ async def test_a_shared_file_larger_than_one_read_is_stored_whole(slack, fake, s
 async def test_a_file_whose_address_is_not_slacks_is_not_fetched(slack, fake, sessions):
     """A file reference pointing off Slack is never fetched (no request, no bot token sent
     elsewhere): the member hears which file, and the words beside it are answered."""
-    from aiohttp import web
-
-    asked: list[str] = []
-
-    async def elsewhere(request: web.Request) -> web.Response:
-        asked.append(request.headers.get("Authorization", ""))
-        return web.Response(body=b"the admin password is hunter2")
-
-    app = web.Application()
-    app.router.add_get("/{name}", elsewhere)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with elsewhere() as (address, asked):
         shared = {
             "id": "FOFF",
             "name": "notes.txt",
             "size": 30,
-            "url_private_download": f"http://127.0.0.1:{port}/notes.txt",
+            "url_private_download": f"{address}/notes.txt",
         }
         message = slack_message(text="read this", subtype="file_share", files=[shared])
         await slack.dispatch(message)
-    finally:
-        await runner.cleanup()
     assert asked == []
     async with sessions() as session:
         assert list(await session.scalars(select(Passage.text))) == []
