@@ -210,16 +210,22 @@ async def test_fresh_agent_first_prompt_is_small(make_engine_for, fake, window):
     assert count_prompt(fake.chat_requests[0]) < 1500
 
 
+def _summarising(summary: str):
+    """A brain whose summaries say `summary` and whose answers echo the member."""
+
+    def brain(body):
+        if is_summary_request(body):
+            return completion(summary)
+        return say(f"ok: {last_user_text(body)[:40]}")
+
+    return brain
+
+
 async def test_a_summary_with_nul_or_a_lone_surrogate_is_stored_cleaned(make_engine_for, fake):
     """Postgres text holds neither: a summary answer with them sank the flush, every turn
     that needed it, and the handler's own recovery (the member got nothing at all)."""
 
-    def brain(body):
-        if is_summary_request(body):
-            return completion("Summary: tea\x00 and \ud800 biscuits")
-        return say(f"ok: {last_user_text(body)[:40]}")
-
-    fake.brain = brain
+    fake.brain = _summarising("Summary: tea\x00 and \ud800 biscuits")
     engine = make_engine_for(SMALL)
     scope = await engine.agent("t", "u")
 
@@ -239,12 +245,7 @@ async def test_a_database_error_in_a_flush_still_gets_the_member_an_apology(
     fail itself reading the event the failed transaction left behind."""
     monkeypatch.setattr("core.memory.summarize.clean_text", lambda text: text)
 
-    def brain(body):
-        if is_summary_request(body):
-            return completion("Summary: tea\x00 and biscuits")
-        return say(f"ok: {last_user_text(body)[:40]}")
-
-    fake.brain = brain
+    fake.brain = _summarising("Summary: tea\x00 and biscuits")
     engine = make_engine_for(SMALL)
     scope = await engine.agent("t", "u")
     rng = random.Random(3)
